@@ -1,0 +1,51 @@
+// swift-tools-version:6.0
+// PeerLink: a BLE / DNS-SD / peer-session daemon for Linux boards.
+// No outside Swift packages: the toolchain plus Debian C libraries through
+// system-library targets (see README, "Layout").
+import PackageDescription
+
+let package = Package(
+    name: "PeerLink",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "peerlinkd", targets: ["peerlinkd"]),
+        .executable(name: "peerlink", targets: ["peerlink"]),
+    ],
+    targets: [
+        // C bindings: only their one adapter module imports them.
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1",
+                       providers: [.apt(["libdbus-1-dev"])]),
+
+        // Pure modules (Foundation only).
+        .target(name: "BLE"),
+        .target(name: "Control"),
+        // Logger value passed into every module (swift-log's shape).
+        .target(name: "Logging"),
+        // Declarative command-line parsing for both executables.
+        .target(name: "Arguments"),
+
+        // POSIX: the one place syscalls are made and errno is turned into errors.
+        .target(name: "SystemKit"),
+
+        // The only importer of CDBus.
+        .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),
+        // BlueZ object model over D-Bus.
+        .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
+        // Daemon: services, config, logging, control server.
+        .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments"]),
+        // CLI: argument parsing, commands, output.
+        .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments"]),
+
+        .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "Arguments", "Logging"]),
+        .executableTarget(name: "peerlink", dependencies: ["CLI"]),
+
+        .testTarget(name: "BLETests", dependencies: ["BLE"]),
+        .testTarget(name: "ControlTests", dependencies: ["Control"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging"]),
+        .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit"]),
+        .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
+        .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

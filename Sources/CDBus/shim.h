@@ -1,0 +1,4 @@
+#ifndef PEERLINK_CDBUS_SHIM_H
+#define PEERLINK_CDBUS_SHIM_H
+#include <dbus/dbus.h>
+#endif
