@@ -6,7 +6,7 @@ import PackageDescription
 
 let package = Package(
     name: "PeerLink",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "peerlinkd", targets: ["peerlinkd"]),
         .executable(name: "peerlink", targets: ["peerlink"]),
@@ -39,10 +39,13 @@ let package = Package(
         .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "Arguments", "Logging"]),
         .executableTarget(name: "peerlink", dependencies: ["CLI"]),
 
+        // Helpers for tests: a private dbus-daemon, running external tools.
+        .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),
+
         .testTarget(name: "BLETests", dependencies: ["BLE"]),
         .testTarget(name: "ControlTests", dependencies: ["Control"]),
-        .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit"]),
-        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit", "TestSupport"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),

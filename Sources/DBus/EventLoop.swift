@@ -1,0 +1,249 @@
+internal import CDBus
+import Dispatch
+import Synchronization
+
+/// One libdbus watch (a descriptor libdbus wants to read or write) as Dispatch sources.
+/// Touched only on the connection's queue.
+final class WatchBox {
+    let watch: OpaquePointer
+    var sources: [DispatchSourceProtocol] = []
+    var active = false
+
+    init(watch: OpaquePointer) { self.watch = watch }
+
+    func setActive(_ on: Bool) {
+        guard on != active else { return }
+        active = on
+        for s in sources { if on { s.resume() } else { s.suspend() } }
+    }
+
+    func cancel() {
+        for s in sources {
+            s.cancel()
+            if !active { s.resume() }  // a suspended source must not be released
+        }
+        sources.removeAll()
+    }
+}
+
+/// One libdbus timeout as a Dispatch timer. Touched only on the connection's queue.
+final class TimeoutBox {
+    let timeout: OpaquePointer
+    let timer: DispatchSourceTimer
+    var active = false
+
+    init(timeout: OpaquePointer, timer: DispatchSourceTimer) {
+        self.timeout = timeout
+        self.timer = timer
+    }
+
+    func setActive(_ on: Bool) {
+        if on {
+            let ms = Int(dbus_timeout_get_interval(timeout))
+            timer.schedule(deadline: .now() + .milliseconds(ms), repeating: .milliseconds(max(ms, 1)))
+        }
+        guard on != active else { return }
+        active = on
+        if on { timer.resume() } else { timer.suspend() }
+    }
+
+    func cancel() {
+        timer.cancel()
+        if !active { timer.resume() }
+    }
+}
+
+// The C callbacks get the connection as an unretained pointer: they only run inside libdbus
+// calls made on the queue, and the connection clears them before it goes away.
+private func owner(_ data: UnsafeMutableRawPointer?) -> BusConnection {
+    Unmanaged<BusConnection>.fromOpaque(data!).takeUnretainedValue()
+}
+
+extension BusConnection {
+    /// Installs the watch, timeout, dispatch-status and filter hooks. On the queue.
+    func installHooks() {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        dbus_connection_set_watch_functions(conn, { w, d in owner(d).addWatch(w!) ? 1 : 0 },
+                                            { w, d in owner(d).removeWatch(w!) },
+                                            { w, d in owner(d).toggleWatch(w!) }, me, nil)
+        dbus_connection_set_timeout_functions(conn, { t, d in owner(d).addTimeout(t!) ? 1 : 0 },
+                                              { t, _ in BusConnection.removeTimeout(t!) },
+                                              { t, _ in BusConnection.toggleTimeout(t!) }, me, nil)
+        dbus_connection_set_dispatch_status_function(conn, { _, status, d in
+            if status == DBUS_DISPATCH_DATA_REMAINS {
+                let c = owner(d)
+                c.queue.async { [weak c] in c?.dispatchAll() }
+            }
+        }, me, nil)
+        dbus_connection_set_wakeup_main_function(conn, { d in
+            let c = owner(d)
+            c.queue.async { [weak c] in c?.dispatchAll() }
+        }, me, nil)
+        dbus_connection_add_filter(conn, { _, msg, d in owner(d).filter(msg!) }, me, nil)
+        dispatchAll()
+    }
+
+    /// Dispatches every message libdbus has read. On the queue.
+    func dispatchAll() {
+        while dbus_connection_get_dispatch_status(conn) == DBUS_DISPATCH_DATA_REMAINS {
+            _ = dbus_connection_dispatch(conn)
+        }
+    }
+
+    // MARK: Watches
+
+    func addWatch(_ w: OpaquePointer) -> Bool {
+        let box = WatchBox(watch: w)
+        let fd = dbus_watch_get_unix_fd(w)
+        let flags = dbus_watch_get_flags(w)
+        if flags & UInt32(DBUS_WATCH_READABLE.rawValue) != 0 {
+            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            s.setEventHandler { [weak self] in self?.handleWatch(w, UInt32(DBUS_WATCH_READABLE.rawValue)) }
+            box.sources.append(s)
+        }
+        if flags & UInt32(DBUS_WATCH_WRITABLE.rawValue) != 0 {
+            let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            s.setEventHandler { [weak self] in self?.handleWatch(w, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
+            box.sources.append(s)
+        }
+        // Sources start inactive; `activate` once, then suspend/resume for toggling.
+        for s in box.sources { s.activate() }
+        box.active = true
+        if dbus_watch_get_enabled(w) == 0 { box.setActive(false) }
+        // libdbus owns the box through the watch's data and releases it with the free function.
+        dbus_watch_set_data(w, Unmanaged.passRetained(box).toOpaque(), { p in
+            Unmanaged<WatchBox>.fromOpaque(p!).release()
+        })
+        return true
+    }
+
+    private func box(for w: OpaquePointer) -> WatchBox? {
+        guard let p = dbus_watch_get_data(w) else { return nil }
+        return Unmanaged<WatchBox>.fromOpaque(p).takeUnretainedValue()
+    }
+
+    func removeWatch(_ w: OpaquePointer) {
+        guard let b = box(for: w) else { return }
+        b.cancel()
+        dbus_watch_set_data(w, nil, nil)  // runs the free function: releases the box
+    }
+
+    func toggleWatch(_ w: OpaquePointer) {
+        box(for: w)?.setActive(dbus_watch_get_enabled(w) != 0)
+    }
+
+    private func handleWatch(_ w: OpaquePointer, _ flag: UInt32) {
+        // The watch may have been removed while this event was queued.
+        guard box(for: w) != nil else { return }
+        _ = dbus_watch_handle(w, flag)
+        dispatchAll()
+    }
+
+    // MARK: Timeouts
+
+    func addTimeout(_ t: OpaquePointer) -> Bool {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let box = TimeoutBox(timeout: t, timer: timer)
+        timer.setEventHandler { [weak self] in
+            guard dbus_timeout_get_data(t) != nil else { return }
+            _ = dbus_timeout_handle(t)
+            self?.dispatchAll()
+        }
+        let ms = Int(dbus_timeout_get_interval(t))
+        timer.schedule(deadline: .now() + .milliseconds(ms), repeating: .milliseconds(max(ms, 1)))
+        timer.activate()
+        box.active = true
+        if dbus_timeout_get_enabled(t) == 0 { box.setActive(false) }
+        // libdbus owns the box through the timeout's data and releases it with the free function.
+        dbus_timeout_set_data(t, Unmanaged.passRetained(box).toOpaque(), { p in
+            Unmanaged<TimeoutBox>.fromOpaque(p!).release()
+        })
+        return true
+    }
+
+    static func timeoutBox(_ t: OpaquePointer) -> TimeoutBox? {
+        guard let p = dbus_timeout_get_data(t) else { return nil }
+        return Unmanaged<TimeoutBox>.fromOpaque(p).takeUnretainedValue()
+    }
+
+    static func removeTimeout(_ t: OpaquePointer) {
+        guard let b = timeoutBox(t) else { return }
+        b.cancel()
+        dbus_timeout_set_data(t, nil, nil)  // runs the free function: releases the box
+    }
+
+    static func toggleTimeout(_ t: OpaquePointer) {
+        timeoutBox(t)?.setActive(dbus_timeout_get_enabled(t) != 0)
+    }
+
+    // MARK: Incoming messages
+
+    /// The filter every incoming message passes through. On the queue.
+    func filter(_ msg: OpaquePointer) -> DBusHandlerResult {
+        let header = Codec.decodeHeader(msg)
+        switch header.kind {
+        case .methodReturn, .error:
+            if let r = header.replySerial, pending[r] != nil {
+                let m = Codec.decode(msg)
+                completePending(r, m.kind == .error ? .failure(m.asError!) : .success(m))
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        case .signal:
+            if header.interface == "org.freedesktop.DBus.Local", header.member == "Disconnected" {
+                handleDisconnect()
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            deliverSignal(header, msg)
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        case .methodCall:
+            handleMethodCall(Codec.decode(msg))
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
+    }
+
+    private func deliverSignal(_ header: BusMessage, _ msg: OpaquePointer) {
+        let ownerChange = header.sender == "org.freedesktop.DBus" && header.member == "NameOwnerChanged"
+        // Cheap test on the header first: most signals on a busy bus match nothing of ours.
+        let candidate = state.withLock { s in
+            s.subscriptions.values.contains { sub in
+                sub.rule.matches(header, senderOwner: sub.rule.wellKnownSender.flatMap { s.nameOwners[$0] }, checkArguments: false)
+            }
+        }
+        guard candidate || ownerChange else { return }
+        let m = Codec.decode(msg)
+        let targets = state.withLock { s -> [AsyncStream<BusMessage>.Continuation] in
+            // Keep the owners of watched well-known names current before matching.
+            if ownerChange, m.body.count == 3, let name = m.body[0].string, let new = m.body[2].string,
+               s.nameOwners[name] != nil || s.matchRefs[MatchRule.nameOwnerChanged(name).description] != nil {
+                s.nameOwners[name] = new.isEmpty ? nil : new
+            }
+            return s.subscriptions.values.filter { sub in
+                sub.rule.matches(m, senderOwner: sub.rule.wellKnownSender.flatMap { s.nameOwners[$0] })
+            }.map(\.continuation)
+        }
+        for c in targets { c.yield(m) }
+    }
+
+    func handleDisconnect() {
+        let calls = Array(pending.values)
+        pending.removeAll()
+        let (subs, waiters) = state.withLock { s -> ([Subscription], [CheckedContinuation<Void, Never>]) in
+            if s.disconnected { return ([], []) }
+            s.disconnected = true
+            let subs = Array(s.subscriptions.values)
+            s.subscriptions.removeAll()
+            s.matchRefs.removeAll()
+            let w = s.disconnectWaiters
+            s.disconnectWaiters.removeAll()
+            return (subs, w)
+        }
+        let err = BusError(name: BusError.disconnected, message: "the connection to the \(address) was lost")
+        for p in calls {
+            p.timer.cancel()
+            p.continuation.resume(throwing: err)
+        }
+        for s in subs { s.continuation.finish() }
+        for w in waiters { w.resume() }
+    }
+}
