@@ -1,1 +1,4 @@
 import CLI
+import Foundation
+
+exit(PeerlinkCLI.main(CommandLine.arguments))

@@ -1,0 +1,137 @@
+import Arguments
+import Control
+
+/// Where the CLI writes text: standard output or error, or a buffer in tests.
+public protocol TextOutput: AnyObject {
+    /// Writes `text` at once (unbuffered: scripts poll redirected files line by line).
+    func write(_ text: String)
+}
+
+/// One leaf command of `peerlink`: its arguments and what it does.
+///
+/// Most commands are one JSON-RPC call plus a renderer for humans (`.call`); `--json`
+/// output, errors and exit codes are handled for them. Streaming commands use `.custom`.
+public struct CLICommand: Sendable {
+    /// What running the command does.
+    public enum Action: Sendable {
+        /// Builds one call from the parsed values, then renders its result for humans.
+        case call(request: @Sendable (ParsedValues) throws(CLIError) -> RPCCall, render: @Sendable (JSONValue) -> String)
+        /// Runs the command itself and returns the exit status.
+        case custom(@Sendable (CommandContext) throws(CLIError) -> Int32)
+    }
+
+    /// The names below `peerlink`, e.g. ["adapter", "power"]; groups are created as needed.
+    public var path: [String]
+    /// One line for help and the parent's command list.
+    public var abstract: String
+    /// Longer help (may be empty).
+    public var discussion: String
+    /// Options of this command (the global ones are added by the root).
+    public var options: [Option]
+    /// Positional arguments.
+    public var arguments: [Positional]
+    /// What it does.
+    public var action: Action
+
+    /// Creates a command definition.
+    public init(_ path: [String], abstract: String, discussion: String = "", options: [Option] = [],
+                arguments: [Positional] = [], action: Action) {
+        self.path = path
+        self.abstract = abstract
+        self.discussion = discussion
+        self.options = options
+        self.arguments = arguments
+        self.action = action
+    }
+}
+
+/// A JSON-RPC call a command wants made.
+public struct RPCCall: Sendable, Equatable {
+    /// The method name.
+    public var method: String
+    /// The named params.
+    public var params: [String: JSONValue]
+    /// How long to wait for the reply at least, in seconds (the global `--timeout` applies
+    /// when larger); for operations that carry their own timeout to the daemon.
+    public var minimumReplyTimeout: Double?
+
+    /// Creates a call.
+    public init(method: String, params: [String: JSONValue] = [:], minimumReplyTimeout: Double? = nil) {
+        self.method = method
+        self.params = params
+        self.minimumReplyTimeout = minimumReplyTimeout
+    }
+}
+
+/// A failure of a command, mapped to an exit status and a message by `PeerlinkCLI`.
+public enum CLIError: Error, Sendable {
+    /// Bad command line (exit 2).
+    case usage(UsageError)
+    /// The daemon answered with an error (exit 1).
+    case daemon(RPCError)
+    /// The daemon could not be reached, went away or did not answer (exit 3); `during` names the method.
+    case connection(ControlClientError, during: String?)
+    /// Any other failure: a message and an exit status.
+    case failure(String, exitCode: Int32)
+}
+
+/// What a running command gets: its parsed values, the global settings and the outputs.
+public struct CommandContext {
+    /// The parsed values of the command line.
+    public let values: ParsedValues
+    /// `--json` was given.
+    public let json: Bool
+    /// The control socket path (`--socket`, `$PEERLINK_SOCKET` or the default).
+    public let socketPath: String
+    /// Seconds to wait for a reply (`--timeout`).
+    public let replyTimeout: Double
+    /// Standard output.
+    public let stdout: any TextOutput
+    /// Standard error.
+    public let stderr: any TextOutput
+    /// Called by streaming commands once they start printing; the real CLI makes SIGINT and
+    /// SIGTERM exit 0 quietly, tests pass a no-op.
+    public let onStreamingStarted: @Sendable () -> Void
+
+    /// Connects to the daemon.
+    public func connect() throws(CLIError) -> ControlClient {
+        do {
+            return try ControlClient(socketPath: socketPath)
+        } catch {
+            throw .connection(error, during: nil)
+        }
+    }
+
+    /// Makes `call` on `client`, mapping failures to `CLIError`.
+    public func perform(_ call: RPCCall, on client: ControlClient) throws(CLIError) -> JSONValue {
+        let timeout = max(replyTimeout, call.minimumReplyTimeout ?? 0)
+        do {
+            return try client.call(method: call.method, params: call.params, timeout: timeout)
+        } catch .rpc(let error) {
+            throw .daemon(error)
+        } catch {
+            throw .connection(error, during: call.method)
+        }
+    }
+
+    /// Writes `line` and a newline to standard output.
+    public func print(_ line: String) {
+        stdout.write(line + "\n")
+    }
+}
+
+extension ValueParser {
+    /// A positive number of seconds (fractions allowed), stored as `.double`.
+    public static let seconds = ValueParser.custom { text throws(ValueError) in
+        guard let d = Double(text), d.isFinite else { throw ValueError("expected a number of seconds") }
+        guard d > 0 else { throw ValueError("must be more than 0 seconds") }
+        return .double(d)
+    }
+
+    /// A positive count, stored as `.int`.
+    public static let count = ValueParser.custom { text throws(ValueError) in
+        guard let n = Int(text) else { throw ValueError("expected an integer") }
+        guard n > 0 else { throw ValueError("must be at least 1") }
+        return .int(n)
+    }
+}

@@ -1,0 +1,70 @@
+import Arguments
+import Control
+
+/// `peerlink watch`: subscribe to events and print them as they arrive.
+enum WatchCommand {
+    /// `watch [--topic T]... [--count N] [--timeout S]`.
+    static let watch = CLICommand(
+        ["watch"],
+        abstract: "Print daemon events as they happen.",
+        discussion: """
+            Subscribes to events (all of them, or the given topics and their subtopics: 'adapter' \
+            selects 'adapter.powered') and prints one line per event until interrupted, until \
+            --count events were printed, or until --timeout seconds passed. With --count, running \
+            out of time first is an error (exit 1).
+            """,
+        options: [
+            .value("topic", valueName: "topic", parser: .nonEmptyString, repeating: true,
+                   help: "Only events with this topic or a subtopic of it."),
+            .value("count", valueName: "n", parser: .count, help: "Exit after n events."),
+            .value("timeout", key: "watch-timeout", valueName: "seconds", parser: .seconds,
+                   help: "Stop after this many seconds."),
+        ],
+        action: .custom(run))
+
+    static func run(_ context: CommandContext) throws(CLIError) -> Int32 {
+        let topics = context.values.strings("topic")
+        let count = context.values.int("count")
+        let duration = context.values.double("watch-timeout")
+
+        let client = try context.connect()
+        defer { client.close() }
+        var params: [String: JSONValue] = [:]
+        if !topics.isEmpty { params["topics"] = .array(topics.map(JSONValue.string)) }
+        _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
+        context.onStreamingStarted()
+
+        let deadline = duration.map { ContinuousClock.now + .milliseconds(Int64(($0 * 1000).rounded(.up))) }
+        var printed = 0
+        while count.map({ printed < $0 }) ?? true {
+            var wait: Double?
+            if let deadline {
+                let remaining = deadline - .now
+                wait = max(0, Double(remaining.components.seconds) + Double(remaining.components.attoseconds) * 1e-18)
+            }
+            let notification: RPCNotification?
+            do {
+                notification = try client.nextNotification(timeout: wait)
+            } catch {
+                throw .connection(error, during: nil)
+            }
+            guard let notification else {
+                guard let count else { return 0 }
+                let s = PeerlinkCLI.formatSeconds(duration ?? 0)
+                throw .failure("timed out after \(s) s with \(printed) of \(count) events", exitCode: 1)
+            }
+            guard notification.method == ControlEvent.method else { continue }
+            context.print(context.json ? notification.params.description : line(for: notification.params))
+            printed += 1
+        }
+        return 0
+    }
+
+    /// "2026-11-29T18:00:00.123Z adapter.powered hci0 powered=false".
+    static func line(for event: JSONValue) -> String {
+        var words = [event["time"]?.stringValue ?? "-", event["topic"]?.stringValue ?? "?"]
+        let data = Rendering.eventData(event["data"] ?? .null)
+        if !data.isEmpty { words.append(data) }
+        return words.joined(separator: " ")
+    }
+}

@@ -1,0 +1,53 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Blocking stream-socket I/O with timeouts, for clients such as the CLI's control client.
+///
+/// Writes use `send(MSG_NOSIGNAL)`, so a peer that has gone away is an `EPIPE` error
+/// rather than a `SIGPIPE` that kills the process.
+public enum SocketIO {
+    /// Waits until `fd` is readable (data, end of file or an error is pending).
+    ///
+    /// `timeoutMilliseconds` < 0 waits forever. Returns false when the time ran out.
+    public static func waitReadable(_ fd: Int32, timeoutMilliseconds: Int32) throws -> Bool {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let n = try syscall("poll") { poll(&pfd, 1, timeoutMilliseconds) }
+        return n > 0
+    }
+
+    /// Reads what is available, up to `maxBytes`; an empty array means end of file.
+    ///
+    /// `ECONNRESET` is reported as end of file: for a stream client both mean the peer is gone.
+    public static func receive(_ fd: Int32, maxBytes: Int = 65_536) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: maxBytes)
+        let n: Int
+        do {
+            n = try buffer.withUnsafeMutableBytes { raw in
+                try syscall("read") { read(fd, raw.baseAddress!, raw.count) }
+            }
+        } catch let error as SystemError where error.code == ECONNRESET {
+            return []
+        }
+        buffer.removeSubrange(n...)
+        return buffer
+    }
+
+    /// Sends all of `bytes` on a blocking socket without raising `SIGPIPE`.
+    public static func sendAll(_ fd: Int32, _ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let n = try bytes.withUnsafeBytes { raw in
+                try syscall("send") { send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL)) }
+            }
+            offset += n
+        }
+    }
+
+    /// True when `error` means the peer closed the connection (`EPIPE`, `ECONNRESET`).
+    public static func isDisconnect(_ error: SystemError) -> Bool {
+        error.code == EPIPE || error.code == ECONNRESET
+    }
+}

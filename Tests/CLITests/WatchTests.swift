@@ -1,0 +1,103 @@
+import Control
+import Testing
+@testable import CLI
+
+/// `peerlink watch` against a fake daemon.
+@Suite(.serialized) struct WatchTests {
+    private func adapter(powered: Bool) -> JSONValue {
+        var a = Samples.hci0.objectValue!
+        a["powered"] = .bool(powered)
+        a["power_state"] = powered ? "on" : "off"
+        return .object(a)
+    }
+
+    @Test func printsEventsUntilCount() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), [:])
+            try c.event("adapter.powered", ["adapter": adapter(powered: false), "powered": false])
+            try c.sendRaw(#"{"jsonrpc":"2.0","method":"something.else","params":{}}"# + "\n")
+            try c.event("adapter.changed", ["adapter": adapter(powered: true), "changed": ["powered", "power_state"]],
+                        time: "2026-11-29T18:00:01.000Z")
+            try c.event("bluez.unavailable", [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["watch", "--topic", "adapter", "--count", "2"], daemon: daemon)
+        #expect(run.code == 0)
+        #expect(run.err == "")
+        #expect(run.out == """
+            2026-11-29T18:00:00.123Z adapter.powered hci0 powered=false
+            2026-11-29T18:00:01.000Z adapter.changed hci0 changed=powered,power_state powered=true power_state=on
+
+            """)
+        #expect(daemon.requests.first?.params.values == ["topics": ["adapter"]])
+    }
+
+    @Test func jsonPrintsEachEventsParams() throws {
+        let data: JSONValue = ["adapter": Samples.hci0]
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("events.subscribe")
+            try c.event("adapter.added", data)  // may arrive before the reply
+            try c.reply(r, [:])
+            try c.event("bluez.available", [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["--json", "watch", "--count", "2"], daemon: daemon)
+        #expect(run.code == 0)
+        let lines = run.out.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        #expect(try JSONValue.parse(lines[0]) == ["topic": "adapter.added", "time": "2026-11-29T18:00:00.123Z", "data": data])
+        #expect(try JSONValue.parse(lines[1])["topic"] == "bluez.available")
+        #expect(daemon.requests.first?.params.values == [:])
+    }
+
+    @Test func timeoutWithoutCountExitsZero() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), [:])
+            try c.event("bluez.available", [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["watch", "--timeout", "0.3"], daemon: daemon)
+        #expect(run.code == 0)
+        #expect(run.out == "2026-11-29T18:00:00.123Z bluez.available\n")
+    }
+
+    @Test func timeoutBeforeCountExitsOne() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), [:])
+            try c.event("bluez.available", [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["watch", "--count", "3", "--timeout", "0.3"], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.out == "2026-11-29T18:00:00.123Z bluez.available\n")
+        #expect(run.err == "peerlink: timed out after 0.3 s with 1 of 3 events\n")
+    }
+
+    @Test func daemonClosingTheConnectionExitsThree() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), [:])
+            try c.event("bluez.unavailable", [:])
+        }
+        let run = peerlink(["watch"], daemon: daemon)
+        #expect(run.code == 3)
+        #expect(run.out == "2026-11-29T18:00:00.123Z bluez.unavailable\n")
+        #expect(run.err == "peerlink: peerlinkd closed the connection\n")
+    }
+
+    @Test func subscribeErrorExitsOne() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), error: .invalidParams("topics", "unknown topic 'x'"))
+        }
+        let run = peerlink(["watch", "--topic", "x"], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.err.hasPrefix("peerlink: error: invalid params: topics: unknown topic 'x'\n"))
+    }
+
+    @Test func eventRendering() {
+        #expect(WatchCommand.line(for: ["topic": "x.y", "time": "T", "data": ["name": "a b", "n": 3, "o": ["k": [1]]]])
+            == #"T x.y n=3 name="a b" o={"k":[1]}"#)
+        #expect(WatchCommand.line(for: ["topic": "x", "time": "T"]) == "T x")
+        #expect(Rendering.duration(seconds: 42.9) == "42s")
+        #expect(Rendering.duration(seconds: 90_061) == "1d 1h")
+    }
+}
