@@ -1,0 +1,269 @@
+// Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
+@preconcurrency import Dispatch
+import Control
+import Logging
+import Synchronization
+import SystemKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client of the control socket: reads request lines, writes replies and events.
+///
+/// All I/O runs on the client's own serial queue with Dispatch sources (no thread per
+/// client, no polling). Lines go, in order, to the request stream; the server answers them
+/// one at a time, so a client's requests take effect in the order it sent them.
+final class ClientConnection: Sendable {
+    /// A number for logs and events.
+    let id: UInt64
+    let fd: Int32
+    let queue: DispatchQueue
+    private let readSource: DispatchSourceRead
+    private let writeSource: DispatchSourceWrite
+    private let state: Mutex<State>
+    private let lines: AsyncStream<Line>.Continuation
+    private let limits: ControlServerOptions
+    private let logger: Logger
+    private let onClose: @Sendable (UInt64) -> Void
+
+    /// What the reader hands to the request loop.
+    enum Line: Sendable {
+        /// A complete request line.
+        case request([UInt8])
+        /// The line was too long: answer with this error, then close.
+        case fatal(RPCError)
+    }
+
+    private struct State {
+        var framer: LineFramer
+        var outbox: [UInt8] = []
+        var outboxStart = 0
+        var writeArmed = false
+        var writeActivated = false
+        var closed = false
+        var closeWhenFlushed = false
+        var partialTimer: DispatchSourceTimer?
+        /// Event topic filters; nil when the client has not subscribed.
+        var topics: [String]?
+    }
+
+    private init(id: UInt64, fd: Int32, limits: ControlServerOptions, logger: Logger,
+                 lines: AsyncStream<Line>.Continuation, onClose: @escaping @Sendable (UInt64) -> Void) {
+        self.id = id
+        self.fd = fd
+        self.limits = limits
+        self.logger = logger.with("client.id", "\(id)")
+        self.lines = lines
+        self.onClose = onClose
+        queue = DispatchQueue(label: "peerlink.client.\(id)")
+        readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        state = Mutex(State(framer: LineFramer(maxLineBytes: limits.maxLineBytes)))
+    }
+
+    /// Creates a connection for an accepted descriptor and starts reading.
+    static func make(id: UInt64, fd: Int32, limits: ControlServerOptions, logger: Logger,
+                     onClose: @escaping @Sendable (UInt64) -> Void) -> (ClientConnection, AsyncStream<Line>) {
+        let (stream, continuation) = AsyncStream<Line>.makeStream()
+        let c = ClientConnection(id: id, fd: fd, limits: limits, logger: logger, lines: continuation, onClose: onClose)
+        c.readSource.setEventHandler { [weak c] in c?.readable() }
+        c.writeSource.setEventHandler { [weak c] in c?.flush() }
+        // The descriptor is closed only after both sources are cancelled (Dispatch's rule);
+        // the read side may end early (the client half-closed) while replies still go out.
+        let sourcesDone = DispatchGroup()
+        sourcesDone.enter()
+        sourcesDone.enter()
+        c.readSource.setCancelHandler { sourcesDone.leave() }
+        c.writeSource.setCancelHandler { sourcesDone.leave() }
+        sourcesDone.notify(queue: c.queue) { closeQuietly(fd) }
+        c.readSource.activate()
+        return (c, stream)
+    }
+
+    // MARK: Reading (on the queue)
+
+    private func readable() {
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        let n: Int?
+        do {
+            n = try buf.withUnsafeMutableBytes { b in
+                try syscallAllowingAgain("read") { read(fd, b.baseAddress, b.count) }
+            }
+        } catch {
+            logger.debug("read failed", ["error": "\(error)"])
+            close()
+            return
+        }
+        guard let n else { return }
+        if n == 0 {
+            // The client is done sending; requests already read are still answered.
+            readSource.cancel()
+            lines.finish()
+            cancelPartialTimer()
+            return
+        }
+        var out: [Line] = []
+        var tooLong = false
+        state.withLock { s in
+            s.framer.append(buf[0..<n])
+            while true {
+                do {
+                    guard let line = try s.framer.nextLine() else { break }
+                    // Blank lines between requests are tolerated.
+                    if !line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { out.append(.request(line)) }
+                } catch {
+                    tooLong = true
+                    break
+                }
+            }
+        }
+        for l in out { lines.yield(l) }
+        if tooLong {
+            // Stop reading: the rest of that line is not worth buffering. Answer, then close.
+            readSource.cancel()
+            lines.yield(.fatal(RPCError(code: RPCErrorCode.requestTooLarge,
+                                        message: "request too large: a request line may be at most \(limits.maxLineBytes) bytes",
+                                        data: ["limit": .int(Int64(limits.maxLineBytes))])))
+            lines.finish()
+            cancelPartialTimer()
+            return
+        }
+        armPartialTimerIfNeeded()
+    }
+
+    /// A client that starts a line must finish it within the request timeout.
+    private func armPartialTimerIfNeeded() {
+        let partial = state.withLock { $0.framer.bufferedByteCount > 0 }
+        if !partial {
+            cancelPartialTimer()
+            return
+        }
+        let needTimer = state.withLock { $0.partialTimer == nil }
+        guard needTimer else { return }
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + limits.requestTimeout)
+        t.setEventHandler { [weak self] in
+            guard let self else { return }
+            self.logger.info("closing client: request line not finished in time")
+            self.send(RPCResponse(id: .null, error: RPCError(
+                code: RPCErrorCode.invalidRequest,
+                message: "invalid request: no end of line within \(limits.requestTimeout) s of the line's start",
+                data: ["timeout_seconds": .double(limits.requestTimeout)])).encodedLine(), thenClose: true)
+        }
+        t.activate()
+        state.withLock { $0.partialTimer = t }
+    }
+
+    private func cancelPartialTimer() {
+        state.withLock { s in
+            s.partialTimer?.cancel()
+            s.partialTimer = nil
+        }
+    }
+
+    // MARK: Writing (from any thread)
+
+    /// Queues bytes to send; with `thenClose`, closes once they are written.
+    func send(_ bytes: [UInt8], thenClose: Bool = false) {
+        queue.async { [self] in
+            let drop = state.withLock { s -> Bool in
+                if s.closed { return false }
+                s.outbox.append(contentsOf: bytes)
+                if thenClose { s.closeWhenFlushed = true }
+                return s.outbox.count - s.outboxStart > limits.maxOutboundBytes
+            }
+            if drop {
+                logger.warning("closing client: it is not reading (more than \(limits.maxOutboundBytes) bytes waiting)")
+                close()
+                return
+            }
+            flush()
+        }
+    }
+
+    /// Writes as much as the socket takes. On the queue.
+    private func flush() {
+        while true {
+            let chunk: [UInt8]? = state.withLock { s in
+                if s.closed || s.outboxStart >= s.outbox.count { return nil }
+                return Array(s.outbox[s.outboxStart..<min(s.outbox.count, s.outboxStart + 262_144)])
+            }
+            guard let chunk else { break }
+            let n: Int?
+            do {
+                n = try chunk.withUnsafeBytes { b in
+                    try syscallAllowingAgain("send") { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) }
+                }
+            } catch {
+                // The client went away; what it asked for cannot be delivered.
+                logger.debug("client gone while writing", ["error": "\(error)"])
+                close()
+                return
+            }
+            guard let n else {
+                setWriteArmed(true)
+                return
+            }
+            state.withLock { s in
+                s.outboxStart += n
+                if s.outboxStart == s.outbox.count {
+                    s.outbox.removeAll(keepingCapacity: s.outbox.count < 1_048_576)
+                    s.outboxStart = 0
+                } else if s.outboxStart > 1_048_576 {
+                    s.outbox.removeFirst(s.outboxStart)
+                    s.outboxStart = 0
+                }
+            }
+        }
+        setWriteArmed(false)
+        if state.withLock({ $0.closeWhenFlushed && !$0.closed }) { close() }
+    }
+
+    private func setWriteArmed(_ on: Bool) {
+        let (change, firstTime) = state.withLock { s -> (Bool, Bool) in
+            guard s.writeArmed != on, !s.closed else { return (false, false) }
+            s.writeArmed = on
+            let first = on && !s.writeActivated
+            if first { s.writeActivated = true }
+            return (true, first)
+        }
+        guard change else { return }
+        if firstTime { writeSource.activate() } else if on { writeSource.resume() } else { writeSource.suspend() }
+    }
+
+    // MARK: Events
+
+    /// Sets the event topics (nil: none).
+    func setTopics(_ topics: [String]?) { state.withLock { $0.topics = topics } }
+
+    /// The event topics, nil when not subscribed.
+    var topics: [String]? { state.withLock { $0.topics } }
+
+    // MARK: Closing
+
+    /// Closes the connection now (from any thread).
+    func close() {
+        queue.async { [self] in
+            let closing = state.withLock { s -> (armed: Bool, activated: Bool, timer: DispatchSourceTimer?)? in
+                if s.closed { return nil }
+                s.closed = true
+                s.outbox = []
+                let t = s.partialTimer
+                s.partialTimer = nil
+                return (s.writeArmed, s.writeActivated, t)
+            }
+            guard let closing else { return }
+            closing.timer?.cancel()
+            lines.finish()
+            // Cancel both sources; a suspended or never-activated source must be resumed or
+            // activated so its cancel handler runs (and so it may be released).
+            if !readSource.isCancelled { readSource.cancel() }
+            writeSource.cancel()
+            if !closing.activated { writeSource.activate() } else if !closing.armed { writeSource.resume() }
+            onClose(id)
+        }
+    }
+
+    /// Whether the connection is closed.
+    var isClosed: Bool { state.withLock { $0.closed } }
+}

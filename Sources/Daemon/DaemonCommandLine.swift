@@ -1,0 +1,82 @@
+import Arguments
+import Foundation
+import Logging
+
+/// `peerlinkd`'s command line: flags that override the configuration file.
+public enum DaemonCommandLine {
+    /// The command description (also the source of `--help`).
+    public static let command = Command(
+        "peerlinkd",
+        abstract: "PeerLink daemon: BLE peripheral and central, DNS-SD and peer sessions over BlueZ and Avahi.",
+        discussion: """
+        Runs in the foreground and logs to standard error with journald priority prefixes.
+        Settings come from the configuration file (default \(DaemonConfig.defaultPath); every key
+        is optional) and the flags below, which win over the file. Control it with 'peerlink'
+        through the control socket. SIGTERM or SIGINT stops it cleanly; SIGHUP re-reads the file.
+        Several daemons can run side by side, each with its own --socket, --adapter and --state-dir.
+        """,
+        options: [
+            .value("config", valueName: "file", parser: .nonEmptyString,
+                   help: "Configuration file (default \(DaemonConfig.defaultPath); a missing default file means all defaults)."),
+            .value("socket", valueName: "path", parser: .nonEmptyString,
+                   help: "Control socket path (default /run/peerlink/control.sock)."),
+            .value("adapter", valueName: "hciN|address", parser: .custom(helpNote: "hciN or XX:XX:XX:XX:XX:XX") { text throws(ValueError) in
+                guard let v = validateAdapterSelector(text) else { throw ValueError("expected hciN or an address like 00:AA:01:00:00:00") }
+                return .string(v)
+            }, help: "The adapter this daemon uses by default (default: the first adapter)."),
+            .value("state-dir", valueName: "dir", parser: .nonEmptyString,
+                   help: "Directory for persistent state (default /var/lib/peerlink)."),
+            .value("bus", valueName: "system|session|address", parser: .custom(helpNote: "system, session or a D-Bus address") { text throws(ValueError) in
+                guard BusChoice(parsing: text) != nil else { throw ValueError("expected system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket") }
+                return .string(text)
+            }, help: "The D-Bus bus where bluetoothd is (default system)."),
+            .value("log-level", valueName: "level", parser: .choice(LogLevel.allCases.map(\.name)),
+                   help: "Log level (default info)."),
+        ],
+        version: PeerlinkDaemon.version)
+
+    /// Parses arguments (without the program name), runs the daemon, and returns the exit code:
+    /// 0 after a clean stop, 1 when it fails while running, 2 for a usage or configuration error.
+    public static func main(_ arguments: [String]) async -> Int32 {
+        let invocation: Invocation
+        do {
+            switch try CommandParser(root: command).parse(arguments) {
+            case .help(let text):
+                print(text)
+                return 0
+            case .version(let v):
+                print("peerlinkd \(v)")
+                return 0
+            case .run(let inv):
+                invocation = inv
+            }
+        } catch {
+            FileHandle.standardError.write(Data("peerlinkd: \(error.message)\n\(error.hint)\n".utf8))
+            return 2
+        }
+        let v = invocation.values
+        var overrides = DaemonOverrides()
+        overrides.configPath = v.string("config")
+        overrides.socketPath = v.string("socket")
+        overrides.adapter = v.string("adapter")
+        overrides.stateDirectory = v.string("state-dir")
+        overrides.logLevel = v.string("log-level").flatMap(LogLevel.init(name:))
+        overrides.bus = v.string("bus").flatMap(BusChoice.init(parsing:))
+        let daemon: PeerlinkDaemon
+        do {
+            var config = try DaemonConfig.load(path: overrides.configPath)
+            config.apply(overrides)
+            daemon = try PeerlinkDaemon(config: config, configPath: overrides.configPath, overrides: overrides)
+        } catch {
+            FileHandle.standardError.write(Data("<3>peerlinkd: configuration error: \(error)\n".utf8))
+            return 2
+        }
+        do {
+            try await daemon.run(signals: signalStream([.terminate, .interrupt, .hangup]))
+            return 0
+        } catch {
+            FileHandle.standardError.write(Data("<2>peerlinkd: \(error)\n".utf8))
+            return 1
+        }
+    }
+}

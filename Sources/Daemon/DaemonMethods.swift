@@ -1,0 +1,135 @@
+import BLE
+import BlueZ
+import Control
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension PeerlinkDaemon {
+    /// Registers every control method. Later capabilities add theirs the same way.
+    func registerMethods() {
+        server.register(ControlMethod.daemonStatus) { [unowned self] params, _ throws(RPCError) in
+            try params.rejectUnknown(allowed: [])
+            return status()
+        }
+        server.register(ControlMethod.adapterList) { [unowned self] params, _ throws(RPCError) in
+            try params.rejectUnknown(allowed: [])
+            let b = try bluez()
+            guard b.availableNow else { throw Self.rpc(.unavailable("bluetoothd is not running")) }
+            let def = defaultAdapter(b)
+            return ["adapters": .array(b.adaptersNow.map { $0.json(isDefault: $0.address == def?.address) })]
+        }
+        server.register(ControlMethod.adapterPower) { [unowned self] params, _ throws(RPCError) in
+            try params.rejectUnknown(allowed: ["on", "adapter", "timeout"])
+            let on = try params.bool("on")
+            let selector = try Self.selector(params)
+            let timeout = try params.optionalDouble("timeout", in: 0.1...300) ?? 10
+            let b = try bluez()
+            let a: AdapterInfo
+            do {
+                a = try await b.setPowered(selector ?? defaultSelector, on: on, timeout: .milliseconds(Int(timeout * 1000)))
+            } catch let e as BlueZError {
+                throw Self.rpc(e)
+            } catch {
+                throw RPCError.internalError("\(error)")
+            }
+            return a.json(isDefault: a.address == defaultAdapter(b)?.address)
+        }
+        server.register(ControlMethod.eventsSubscribe) { params, context throws(RPCError) in
+            try params.rejectUnknown(allowed: ["topics"])
+            let topics = try params.optionalStringArray("topics") ?? []
+            for t in topics where t.isEmpty || t.contains(where: { $0.isWhitespace }) {
+                throw RPCError.invalidParams("topics", "a topic is a non-empty word like \"adapter\" or \"adapter.powered\"")
+            }
+            let merged = Array(Set((context.eventTopics ?? []) + topics)).sorted()
+            // No topics means every event: an empty filter list matches everything.
+            context.setEventTopics(topics.isEmpty ? [] : merged)
+            return ["topics": .array((topics.isEmpty ? [] : merged).map { .string($0) })]
+        }
+        server.register(ControlMethod.eventsUnsubscribe) { params, context throws(RPCError) in
+            try params.rejectUnknown(allowed: ["topics"])
+            let topics = try params.optionalStringArray("topics")
+            guard let topics, !topics.isEmpty else {
+                context.setEventTopics(nil)
+                return ["topics": []]
+            }
+            let remaining = (context.eventTopics ?? []).filter { !topics.contains($0) }
+            context.setEventTopics(remaining.isEmpty ? nil : remaining)
+            return ["topics": .array(remaining.map { .string($0) })]
+        }
+    }
+
+    /// `daemon.status`.
+    func status() -> JSONValue {
+        let cfg = config.withLock { $0 }
+        let (connection, bluez, why) = link.withLock { ($0.connection, $0.bluez, $0.lastError) }
+        let kind: String
+        switch cfg.bus {
+        case .system: kind = "system"
+        case .session: kind = "session"
+        case .address: kind = "address"
+        }
+        var bus: [String: JSONValue] = ["connected": .bool(connection?.isConnected ?? false), "kind": .string(kind)]
+        if let connection { bus["name"] = .string(connection.uniqueName) }
+        if let why { bus["error"] = .string(why) }
+        let available = bluez?.availableNow ?? false
+        let adapters = bluez?.adaptersNow ?? []
+        let def = bluez.flatMap { defaultAdapter($0) }
+        return [
+            "version": .string(Self.version),
+            "pid": .int(Int64(getpid())),
+            "uptime_seconds": .double((Date().timeIntervalSince(started) * 1000).rounded() / 1000),
+            "bus": .object(bus),
+            "bluez": ["available": .bool(available)],
+            "default_adapter": def.map { .string($0.name) } ?? .null,
+            "configured_adapter": cfg.adapter.map { .string($0) } ?? .null,
+            "adapters": .array(adapters.map { $0.json(isDefault: $0.address == def?.address) }),
+            "socket": .string(cfg.socketPath),
+            "state_dir": .string(cfg.stateDirectory),
+            "log_level": .string(cfg.logLevel.name),
+        ]
+    }
+
+    /// The adapter this daemon uses by default: the configured one, or the first.
+    func defaultAdapter(_ b: BlueZClient) -> AdapterInfo? {
+        let all = b.adaptersNow
+        if let s = defaultSelector { return all.first { $0.matches(s) } }
+        return all.first
+    }
+
+    func publishBlueZ(_ event: BlueZEvent) {
+        let def = link.withLock { $0.bluez }.flatMap { defaultAdapter($0) }
+        publish(event, defaultAddress: def?.address)
+    }
+
+    /// The optional `adapter` parameter as a selector.
+    static func selector(_ params: RPCParams) throws(RPCError) -> AdapterSelector? {
+        guard let text = try params.optionalString("adapter") else { return nil }
+        guard let s = AdapterSelector(text) else {
+            throw RPCError.invalidParams("adapter", "expected hciN or an address like 00:AA:01:00:00:00, got \"\(text)\"")
+        }
+        return s
+    }
+
+    /// A BlueZ failure as a JSON-RPC error with a machine-readable kind.
+    static func rpc(_ error: BlueZError) -> RPCError {
+        switch error {
+        case .unavailable:
+            return RPCError(code: RPCErrorCode.bluetoothUnavailable, message: error.description, data: ["kind": "bluetooth-unavailable"])
+        case .adapterNotFound(let s, let known):
+            return RPCError(code: RPCErrorCode.adapterNotFound, message: error.description,
+                            data: ["kind": "adapter-not-found", "adapter": .string(s.description), "known": .array(known.map { .string($0) })])
+        case .noAdapters:
+            return RPCError(code: RPCErrorCode.adapterNotFound, message: error.description, data: ["kind": "no-adapters"])
+        case .blocked(let a):
+            return RPCError(code: RPCErrorCode.adapterBlocked, message: error.description,
+                            data: ["kind": "rfkill-blocked", "adapter": .string(a.name), "power_state": .string(a.powerState)])
+        case .timeout:
+            return RPCError(code: RPCErrorCode.timeout, message: error.description, data: ["kind": "timeout"])
+        case .bus(let e):
+            return RPCError(code: RPCErrorCode.dbusError, message: error.description,
+                            data: ["kind": "dbus-error", "name": .string(e.name), "message": .string(e.message)])
+        }
+    }
+}
