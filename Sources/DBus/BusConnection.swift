@@ -136,7 +136,7 @@ public final class BusConnection: @unchecked Sendable {
     /// Sends a message without waiting for any reply; returns the serial it got.
     @discardableResult
     public func send(_ message: BusMessage) throws -> UInt32 {
-        let encoded = MessagePointer(try Codec.encode(message))
+        let encoded = QueuePointer(try Codec.encode(message))
         let result = onQueueSync { () -> Result<UInt32, BusError> in
             defer { dbus_message_unref(encoded.pointer) }
             if state.withLock({ $0.disconnected }) {
@@ -157,7 +157,7 @@ public final class BusConnection: @unchecked Sendable {
     /// `Disconnected` when the connection goes, or `CancellationError` when the task is cancelled.
     public func call(_ message: BusMessage, timeout: Duration = .seconds(25)) async throws -> BusMessage {
         precondition(message.kind == .methodCall, "call() sends method calls")
-        let encoded = MessagePointer(try Codec.encode(message))
+        let encoded = QueuePointer(try Codec.encode(message))
         let token = CallToken()
         let what = "\(message.interface.map { $0 + "." } ?? "")\(message.member ?? "") on \(message.path?.rawValue ?? "?") of \(message.destination ?? "?")"
         return try await withTaskCancellationHandler {
@@ -237,9 +237,9 @@ struct ConnectionState {
     var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
 }
 
-/// A `DBusMessage*` handed to the queue. `@unchecked Sendable`: it is created, sent and
-/// released by one owner in sequence, never touched concurrently.
-struct MessagePointer: @unchecked Sendable {
+/// A libdbus pointer (a message or a watch) handed to the queue. `@unchecked Sendable`: it is
+/// only ever used on the connection's queue, by one owner at a time.
+struct QueuePointer: @unchecked Sendable {
     let pointer: OpaquePointer
     init(_ p: OpaquePointer) { pointer = p }
 }

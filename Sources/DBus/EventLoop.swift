@@ -1,13 +1,19 @@
 internal import CDBus
 import Dispatch
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One libdbus watch (a descriptor libdbus wants to read or write) as Dispatch sources.
-/// Touched only on the connection's queue.
-final class WatchBox {
+///
+/// `@unchecked Sendable`: touched only on the connection's queue. `removed` is set when
+/// libdbus removes the watch; after that `watch` points to freed memory and is never used.
+final class WatchBox: @unchecked Sendable {
     let watch: OpaquePointer
     var sources: [DispatchSourceProtocol] = []
     var active = false
+    var removed = false
 
     init(watch: OpaquePointer) { self.watch = watch }
 
@@ -98,12 +104,16 @@ extension BusConnection {
         let flags = dbus_watch_get_flags(w)
         if flags & UInt32(DBUS_WATCH_READABLE.rawValue) != 0 {
             let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            s.setEventHandler { [weak self] in self?.handleWatch(w, UInt32(DBUS_WATCH_READABLE.rawValue)) }
+            s.setEventHandler { [weak self, weak box] in
+                if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_READABLE.rawValue)) }
+            }
             box.sources.append(s)
         }
         if flags & UInt32(DBUS_WATCH_WRITABLE.rawValue) != 0 {
             let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-            s.setEventHandler { [weak self] in self?.handleWatch(w, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
+            s.setEventHandler { [weak self, weak box] in
+                if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
+            }
             box.sources.append(s)
         }
         // Sources start inactive; `activate` once, then suspend/resume for toggling.
@@ -124,6 +134,7 @@ extension BusConnection {
 
     func removeWatch(_ w: OpaquePointer) {
         guard let b = box(for: w) else { return }
+        b.removed = true
         b.cancel()
         dbus_watch_set_data(w, nil, nil)  // runs the free function: releases the box
     }
@@ -132,11 +143,23 @@ extension BusConnection {
         box(for: w)?.setActive(dbus_watch_get_enabled(w) != 0)
     }
 
-    private func handleWatch(_ w: OpaquePointer, _ flag: UInt32) {
+    private func handleWatch(_ box: WatchBox, _ flag: UInt32) {
         // The watch may have been removed while this event was queued.
-        guard box(for: w) != nil else { return }
-        _ = dbus_watch_handle(w, flag)
+        guard !box.removed else { return }
+        _ = dbus_watch_handle(box.watch, flag)
         dispatchAll()
+        // Dispatch's sources on Linux are edge-triggered, but libdbus reads and writes in
+        // bounded chunks: while the watch still wants the descriptor and it is still ready,
+        // handle it again (after other work queued meanwhile), or the rest would wait forever.
+        // Handling may have removed the watch (a disconnect): check before touching it.
+        guard !box.removed, dbus_watch_get_enabled(box.watch) != 0 else { return }
+        let events = Int16(flag == UInt32(DBUS_WATCH_READABLE.rawValue) ? POLLIN : POLLOUT)
+        var p = pollfd(fd: dbus_watch_get_unix_fd(box.watch), events: events, revents: 0)
+        if poll(&p, 1, 0) == 1, p.revents & events != 0 {
+            queue.async { [weak self, weak box] in
+                if let box { self?.handleWatch(box, flag) }
+            }
+        }
     }
 
     // MARK: Timeouts

@@ -55,7 +55,8 @@ final class ClientConnection: Sendable {
         self.logger = logger.with("client.id", "\(id)")
         self.lines = lines
         self.onClose = onClose
-        queue = DispatchQueue(label: "peerlink.client.\(id)")
+        // A serial queue on the shared pool: one thread per client would not scale.
+        queue = DispatchQueue(label: "peerlink.client.\(id)", target: .global(qos: .userInitiated))
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         state = Mutex(State(framer: LineFramer(maxLineBytes: limits.maxLineBytes)))
@@ -83,29 +84,41 @@ final class ClientConnection: Sendable {
     // MARK: Reading (on the queue)
 
     private func readable() {
+        // Dispatch's read sources on Linux are edge-triggered: read until the socket is empty
+        // (EAGAIN) or at its end, or an end that came with the last data is never reported.
         var buf = [UInt8](repeating: 0, count: 65_536)
-        let n: Int?
-        do {
-            n = try buf.withUnsafeMutableBytes { b in
-                try syscallAllowingAgain("read") { read(fd, b.baseAddress, b.count) }
+        for _ in 0..<16 {
+            if state.withLock({ $0.closed }) || readSource.isCancelled { return }
+            let n: Int?
+            do {
+                n = try buf.withUnsafeMutableBytes { b in
+                    try syscallAllowingAgain("read") { read(fd, b.baseAddress, b.count) }
+                }
+            } catch {
+                logger.debug("read failed", ["error": "\(error)"])
+                close()
+                return
             }
-        } catch {
-            logger.debug("read failed", ["error": "\(error)"])
-            close()
-            return
+            guard let n else { return }  // drained
+            if n == 0 {
+                // The client is done sending; requests already read are still answered.
+                readSource.cancel()
+                lines.finish()
+                cancelPartialTimer()
+                return
+            }
+            if !take(buf[0..<n]) { return }
         }
-        guard let n else { return }
-        if n == 0 {
-            // The client is done sending; requests already read are still answered.
-            readSource.cancel()
-            lines.finish()
-            cancelPartialTimer()
-            return
-        }
+        // Still more to read: come back after other clients had their turn.
+        queue.async { [weak self] in self?.readable() }
+    }
+
+    /// Frames received bytes into lines for the request loop; false when the connection must stop reading.
+    private func take(_ bytes: ArraySlice<UInt8>) -> Bool {
         var out: [Line] = []
         var tooLong = false
         state.withLock { s in
-            s.framer.append(buf[0..<n])
+            s.framer.append(bytes)
             while true {
                 do {
                     guard let line = try s.framer.nextLine() else { break }
@@ -126,9 +139,10 @@ final class ClientConnection: Sendable {
                                         data: ["limit": .int(Int64(limits.maxLineBytes))])))
             lines.finish()
             cancelPartialTimer()
-            return
+            return false
         }
         armPartialTimerIfNeeded()
+        return true
     }
 
     /// A client that starts a line must finish it within the request timeout.

@@ -166,13 +166,16 @@ public final class ControlServer: Sendable {
             return RPCResponse(id: id, error: error).json
         case .request(let r):
             let result = await call(r, client)
-            return r.isNotification ? nil : RPCResponse(id: r.id ?? .null, outcome: result).json
+            // Careful: JSONValue is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
+            if r.isNotification { return JSONValue?.none }
+            return RPCResponse(id: r.id ?? .null, outcome: result).json
         case .batch(let items):
             var replies: [JSONValue] = []
             for item in items {
                 if let reply = await answer(item, client) { replies.append(reply) }
             }
-            return replies.isEmpty ? nil : .array(replies)
+            if replies.isEmpty { return JSONValue?.none }
+            return .array(replies)
         }
     }
 

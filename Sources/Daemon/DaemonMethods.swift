@@ -86,6 +86,7 @@ extension PeerlinkDaemon {
             "configured_adapter": cfg.adapter.map { .string($0) } ?? .null,
             "adapters": .array(adapters.map { $0.json(isDefault: $0.address == def?.address) }),
             "socket": .string(cfg.socketPath),
+            "clients": .int(Int64(server.clientCount)),
             "state_dir": .string(cfg.stateDirectory),
             "log_level": .string(cfg.logLevel.name),
         ]

@@ -53,6 +53,9 @@ public final class PeerlinkDaemon: Sendable {
         registerMethods()
     }
 
+    /// Clients connected to the control socket now.
+    public var clientCount: Int { server.clientCount }
+
     /// Runs until SIGTERM/SIGINT (from `signals`) or until the task is cancelled.
     public func run(signals: AsyncStream<ProcessSignal>?) async throws {
         let cfg = config.withLock { $0 }

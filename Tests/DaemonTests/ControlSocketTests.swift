@@ -1,0 +1,208 @@
+import Control
+import Daemon
+import Foundation
+import SystemKit
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bad input on the control socket: each gets the right JSON-RPC error (or is closed), and
+/// the daemon keeps serving the next client.
+@Suite struct ControlSocketTests {
+    /// (what is sent, expected error code, expected id)
+    static let badLines: [(String, Int, JSONValue)] = [
+        ("this is not json", RPCErrorCode.parseError, .null),
+        ("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"", RPCErrorCode.parseError, .null),
+        ("[1,2,3", RPCErrorCode.parseError, .null),
+        ("\"just a string\"", RPCErrorCode.invalidRequest, .null),
+        ("42", RPCErrorCode.invalidRequest, .null),
+        ("{}", RPCErrorCode.invalidRequest, .null),
+        ("{\"jsonrpc\":\"1.0\",\"id\":2,\"method\":\"daemon.status\"}", RPCErrorCode.invalidRequest, .int(2)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":3}", RPCErrorCode.invalidRequest, .int(3)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":5}", RPCErrorCode.invalidRequest, .int(4)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"daemon.status\"}", RPCErrorCode.invalidRequest, .null),
+        ("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"no.such.method\"}", RPCErrorCode.methodNotFound, .int(5)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"daemon.status\",\"params\":[1]}", RPCErrorCode.invalidParams, .int(6)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"daemon.status\",\"params\":{\"x\":1}}", RPCErrorCode.invalidParams, .int(7)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"adapter.power\",\"params\":{}}", RPCErrorCode.invalidParams, .int(8)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"adapter.power\",\"params\":{\"on\":\"yes\"}}", RPCErrorCode.invalidParams, .int(9)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"adapter.power\",\"params\":{\"on\":true,\"adapter\":\"wlan0\"}}", RPCErrorCode.invalidParams, .int(10)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"adapter.power\",\"params\":{\"on\":true,\"timeout\":-1}}", RPCErrorCode.invalidParams, .int(11)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"events.subscribe\",\"params\":{\"topics\":\"adapter\"}}", RPCErrorCode.invalidParams, .int(12)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"s\",\"method\":\"rpc.discover\"}", RPCErrorCode.invalidRequest, .string("s")),
+        ("[]", RPCErrorCode.invalidRequest, .null),
+        ("\u{FF}\u{FE}garbage", RPCErrorCode.parseError, .null),
+    ]
+
+    @Test func badRequestsGetTheRightErrorsOnOneConnection() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let c = try RawClient(h.socketPath)
+        for (line, code, id) in Self.badLines {
+            try c.send(line + "\n")
+            let reply = try #require(try c.readJSON(), "no reply to \(line)")
+            #expect(reply["jsonrpc"] == "2.0")
+            #expect(reply["error"]?["code"]?.intValue == Int64(code), "\(line) -> \(reply)")
+            #expect(reply["id"] == id, "\(line) -> \(reply)")
+            #expect((reply["error"]?["message"]?.stringValue ?? "").count > 10, "error message says something")
+            // The same connection still works after every bad line.
+            #expect(try c.call("daemon.status")["version"]?.stringValue == PeerlinkDaemon.version)
+        }
+    }
+
+    @Test func invalidParamsNameTheParameter() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        do {
+            _ = try h.call("adapter.power", ["on": true, "adapter": "wlan0"])
+            Issue.record("expected invalid params")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.invalidParams)
+            #expect(e.message.contains("adapter"))
+            #expect(e.message.contains("wlan0"))
+        }
+    }
+
+    @Test func notificationsGetNoReplyAndBatchesWork() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let c = try RawClient(h.socketPath)
+        // A notification (no id) is executed but not answered; the next reply is for id 1.
+        try c.send("{\"jsonrpc\":\"2.0\",\"method\":\"daemon.status\"}\n")
+        try c.send("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"},{\"jsonrpc\":\"2.0\",\"method\":\"daemon.status\"},{\"bad\":1},{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}]\n")
+        let reply = try #require(try c.readJSON())
+        let items = try #require(reply.arrayValue)
+        #expect(items.count == 3)
+        #expect(items[0]["id"] == 1 && items[0]["result"]?["version"] != nil)
+        #expect(items[1]["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidRequest))
+        #expect(items[2]["id"] == 2 && items[2]["error"]?["code"]?.intValue == Int64(RPCErrorCode.methodNotFound))
+        // A batch of notifications only: no reply at all; the next line answers the next request.
+        try c.send("[{\"jsonrpc\":\"2.0\",\"method\":\"daemon.status\"}]\n")
+        #expect(try c.call("daemon.status")["pid"]?.intValue == Int64(h.pid))
+    }
+
+    @Test func tenMebibyteLineIsRefusedAndClosedOthersServed() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let big = try RawClient(h.socketPath)
+        let other = try RawClient(h.socketPath)
+        let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 1_048_576)
+        let prefix = Array("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\",\"params\":{\"x\":\"".utf8)
+        // The server stops reading once the line is over the limit, so sending may fail midway.
+        var sendFailed = false
+        do {
+            try big.send(prefix)
+            for _ in 0..<10 { try big.send(chunk) }
+            try big.send("\"}}\n")
+        } catch {
+            sendFailed = true
+        }
+        if let reply = try? big.readJSON() {
+            #expect(reply["error"]?["code"]?.intValue == Int64(RPCErrorCode.requestTooLarge))
+            #expect(reply["error"]?["message"]?.stringValue?.contains("1048576") == true)
+        } else {
+            #expect(sendFailed, "the too-long line got neither an error nor a closed connection")
+        }
+        #expect(try big.waitForClose())
+        #expect(try other.call("daemon.status")["version"] != nil)
+        #expect(try h.call("daemon.status")["version"] != nil)
+    }
+
+    @Test func silentClientDoesNotBlockOthers() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let silent = try RawClient(h.socketPath)
+        let half = try RawClient(h.socketPath)
+        try half.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"meth")  // a partial line, never finished
+        for _ in 0..<20 { #expect(try h.call("daemon.status")["version"] != nil) }
+        _ = silent
+    }
+
+    @Test func unfinishedLineTimesOut() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address, requestTimeout: 0.3)
+        defer { h.stop() }
+        let half = try RawClient(h.socketPath)
+        try half.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"meth")
+        let reply = try #require(try half.readJSON(timeout: 5))
+        #expect(reply["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidRequest))
+        #expect(reply["error"]?["message"]?.stringValue?.contains("end of line") == true)
+        #expect(try half.waitForClose())
+        #expect(try h.call("daemon.status")["version"] != nil)
+    }
+
+    @Test func clientDisconnectingMidRequestDoesNotHurt() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        for _ in 0..<50 {
+            // A full request then an immediate close (the reply has nowhere to go) ...
+            let a = try RawClient(h.socketPath)
+            try a.send(RPCRequest(id: 1, method: "daemon.status").encodedLine())
+            // ... and half a request then a close.
+            let b = try RawClient(h.socketPath)
+            try b.send("{\"jsonrpc\":\"2.0\",")
+        }
+        #expect(try h.call("daemon.status")["version"] != nil)
+        // Every one of those connections is gone (closed by the daemon when the client left).
+        let deadline = Date().addingTimeInterval(5)
+        while try h.clientCount() > 0, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(try h.clientCount() == 0)
+    }
+
+    @Test func twoHundredClientsAtOnce() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let clients = try (0..<200).map { _ in try RawClient(h.socketPath) }
+        // Send every request first, then read every reply: all 200 are served concurrently.
+        for (i, c) in clients.enumerated() {
+            try c.send(RPCRequest(id: .int(Int64(i)), method: "daemon.status").encodedLine())
+        }
+        for (i, c) in clients.enumerated() {
+            let reply = try #require(try c.readJSON())
+            #expect(reply["id"] == .int(Int64(i)))
+            #expect(reply["result"]?["version"] != nil)
+        }
+        #expect(try h.clientCount() == 200)
+    }
+
+    @Test func clientsOverTheLimitAreToldAndClosed() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address, maxClients: 3)
+        defer { h.stop() }
+        // Start from no clients (the harness's readiness check may still be closing).
+        let deadline = Date().addingTimeInterval(5)
+        while try h.clientCount() > 0, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let held = try (0..<3).map { _ in try RawClient(h.socketPath) }
+        for c in held { _ = try c.call("daemon.status") }
+        let extra = try RawClient(h.socketPath)
+        let reply = try #require(try extra.readJSON())
+        #expect(reply["error"]?["code"]?.intValue == Int64(RPCErrorCode.busy))
+        #expect(try extra.waitForClose())
+        #expect(try held[0].call("daemon.status")["version"] != nil)
+    }
+
+    @Test func statusWithoutBluetooth() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let s = try await h.waitForStatus { $0["bus"]?["connected"] == true }
+        #expect(s["bluez"]?["available"] == false)
+        #expect(s["socket"]?.stringValue == h.socketPath)
+        #expect(s["default_adapter"] == .null)
+        do {
+            _ = try h.call("adapter.list")
+            Issue.record("expected bluetooth-unavailable")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.bluetoothUnavailable)
+        }
+    }
+}

@@ -1,0 +1,161 @@
+import Control
+import Daemon
+import Foundation
+import SystemKit
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The directory holding the binaries built with the tests (`peerlinkd`, `peerlink`).
+let binDirectory: String = {
+    // The test bundle is …/debug/PeerLinkPackageTests.xctest; the executables sit beside it.
+    let exe = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    return exe.deletingLastPathComponent().path
+}()
+
+/// A real `peerlinkd` process on a temporary socket, talking to a private bus.
+final class DaemonHarness: Sendable {
+    let directory: String
+    let socketPath: String
+    let logPath: String
+    private let child: ChildProcess
+
+    init(busAddress: String, maxClients: Int = 256, maxRequestBytes: Int = 1_048_576, requestTimeout: Double = 30,
+         adapter: String? = nil, extraConfig: String = "") async throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-d-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        socketPath = directory + "/control.sock"
+        logPath = directory + "/peerlinkd.log"
+        let config = """
+        # written by DaemonHarness
+        max_clients = \(maxClients)
+        max_request_bytes = \(maxRequestBytes)
+        request_timeout = \(requestTimeout)
+        log_level = debug
+        \(adapter.map { "adapter = \($0)" } ?? "")
+        \(extraConfig)
+        """
+        try config.write(toFile: directory + "/peerlink.conf", atomically: true, encoding: .utf8)
+        let log = open(logPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        defer { closeQuietly(log) }
+        child = try ChildProcess(binDirectory + "/peerlinkd", [
+            "--config", directory + "/peerlink.conf", "--socket", socketPath,
+            "--state-dir", directory + "/state", "--bus", busAddress,
+        ], stdout: log, stderr: log)
+        // Ready when the socket answers.
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if let c = try? RawClient(socketPath), (try? c.call("daemon.status", timeout: 2)) != nil { return }
+            if child.wait(timeout: 0) != nil { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw TestSupportError("peerlinkd did not start; log:\n\(self.log)")
+    }
+
+    /// What the daemon logged.
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// The daemon's pid.
+    var pid: Int32 { child.pid }
+
+    /// Calls a method on a fresh connection.
+    func call(_ method: String, _ params: [String: JSONValue] = [:]) throws -> JSONValue {
+        try RawClient(socketPath).call(method, params)
+    }
+
+    /// Clients the daemon serves now (from `daemon.status`, which counts its own connection).
+    func clientCount() throws -> Int { Int(try call("daemon.status")["clients"]?.intValue ?? -1) - 1 }
+
+    /// Waits until `daemon.status` satisfies `predicate` (checking every 20 ms, at most `timeout` s).
+    func waitForStatus(timeout: Double = 10, _ predicate: (JSONValue) -> Bool) async throws -> JSONValue {
+        let deadline = Date().addingTimeInterval(timeout)
+        var last: JSONValue = .null
+        while Date() < deadline {
+            last = try call("daemon.status")
+            if predicate(last) { return last }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw TestSupportError("status never matched; last: \(last)")
+    }
+
+    /// Stops the daemon with SIGTERM; returns its exit code.
+    @discardableResult
+    func stop() -> Int32 {
+        let st = ChildProcess.exitCode(child.stop())
+        try? FileManager.default.removeItem(atPath: directory)
+        return st
+    }
+
+    deinit { stop() }
+}
+
+/// A blocking client on the control socket that sends raw bytes and reads raw lines.
+final class RawClient {
+    let fd: Int32
+    private var framer = LineFramer(maxLineBytes: 64 * 1_048_576)
+    private var nextID: Int64 = 1
+
+    init(_ path: String) throws { fd = try UnixSocket.connect(path: path) }
+    deinit { closeQuietly(fd) }
+
+    func send(_ bytes: [UInt8]) throws { try SocketIO.sendAll(fd, bytes) }
+    func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+    /// The next line, or nil when the server closed the connection; throws after `timeout` seconds.
+    func readLine(timeout: Double = 10) throws -> [UInt8]? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let line = try framer.nextLine() { return line }
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { throw TestSupportError("no line within \(timeout) s") }
+            guard try SocketIO.waitReadable(fd, timeoutMilliseconds: Int32(left * 1000) + 1) else { continue }
+            let chunk = try SocketIO.receive(fd)
+            if chunk.isEmpty { return nil }
+            framer.append(chunk)
+        }
+    }
+
+    /// The next line parsed as JSON.
+    func readJSON(timeout: Double = 10) throws -> JSONValue? {
+        guard let line = try readLine(timeout: timeout) else { return nil }
+        return try JSONValue.parse(line)
+    }
+
+    /// Whether the server closes the connection within `timeout` seconds (other lines are skipped).
+    func waitForClose(timeout: Double = 10) throws -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while deadline.timeIntervalSinceNow > 0 {
+            do {
+                if try readLine(timeout: deadline.timeIntervalSinceNow) == nil { return true }
+            } catch let e as SystemError where SocketIO.isDisconnect(e) {
+                return true
+            } catch is TestSupportError {
+                return false
+            }
+        }
+        return false
+    }
+
+    /// Sends a request and returns its result, or throws the RPC error (notifications are skipped).
+    func call(_ method: String, _ params: [String: JSONValue] = [:], timeout: Double = 30) throws -> JSONValue {
+        let id = nextID
+        nextID += 1
+        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine())
+        while true {
+            guard let reply = try readJSON(timeout: timeout) else { throw TestSupportError("connection closed") }
+            guard reply["id"] == .int(id) else { continue }
+            if let e = reply["error"] { throw try RPCError(json: e) }
+            return reply["result"] ?? .null
+        }
+    }
+
+    /// Reads until an event notification with `topic` arrives; returns its params.
+    func nextEvent(_ topic: String, timeout: Double = 10) throws -> JSONValue {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            guard let m = try readJSON(timeout: max(0.01, deadline.timeIntervalSinceNow)) else { throw TestSupportError("closed") }
+            if m["method"] == "event", m["params"]?["topic"]?.stringValue == topic { return m["params"]! }
+        }
+    }
+}
