@@ -1,0 +1,74 @@
+# PeerLink: the two commands are `make demo` and `make check` (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+# The Swift toolchain lives in /opt/swift on these machines; use it if PATH lacks it.
+export PATH := $(PATH):/opt/swift/usr/bin
+SWIFT ?= swift
+PREFIX ?= /usr/local
+DESTDIR ?=
+BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
+
+.PHONY: build release deps deps-lab unit lab check demo install uninstall clean help
+
+help:
+	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
+	@echo "make demo     the whole system in the virtual lab (two daemons, two controllers)"
+	@echo "make unit     unit tests only (no VM)"
+	@echo "make lab      lab tests only (boots the VM; LAB=scenario-name to run one)"
+	@echo "make build    debug build;  make release: optimised build"
+	@echo "make install  install binaries, systemd unit, udev rules, example config (as root)"
+
+# Installs (as root) or names (otherwise) what the build and the lab need.
+deps:
+	@scripts/install-deps.sh
+deps-lab:
+	@scripts/install-deps.sh --lab
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+unit: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+lab: deps-lab build
+	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh $(LAB)
+
+# Unit tests, then the lab; the lab's summary ("N passed, N failed") is the last line.
+check: deps-lab
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh
+
+demo: deps-lab build
+	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh --demo
+
+install: release
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlinkd
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlink $(DESTDIR)$(PREFIX)/bin/peerlink
+	sed 's|/usr/local/bin|$(PREFIX)/bin|g' systemd/peerlinkd.service > $(DESTDIR)/etc/systemd/system/peerlinkd.service
+	install -m 0644 udev/70-peerlink.rules $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
+	[ -e $(DESTDIR)/etc/peerlink/peerlink.conf ] || install -m 0644 examples/peerlink.conf $(DESTDIR)/etc/peerlink/peerlink.conf
+	@if [ -z "$(DESTDIR)" ]; then \
+	  getent group peerlink >/dev/null || groupadd --system peerlink; \
+	  getent passwd peerlink >/dev/null || useradd --system --gid peerlink --no-create-home --home-dir /var/lib/peerlink --shell /usr/sbin/nologin peerlink; \
+	  getent group bluetooth >/dev/null && usermod -a -G bluetooth peerlink || true; \
+	  udevadm control --reload 2>/dev/null || true; \
+	  systemctl daemon-reload 2>/dev/null || true; \
+	  echo "Installed. Start it with: systemctl enable --now peerlinkd"; \
+	  echo "Let a user run 'peerlink': usermod -a -G peerlink USER (and set socket_group = peerlink in /etc/peerlink/peerlink.conf)"; \
+	fi
+
+uninstall:
+	-systemctl disable --now peerlinkd 2>/dev/null
+	rm -f $(DESTDIR)$(PREFIX)/bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
+	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
+	@echo "Left in place: /etc/peerlink, /var/lib/peerlink and the peerlink user."
+
+clean:
+	rm -rf .build
