@@ -24,3 +24,33 @@ import Testing
         #expect(AdapterSelector("wlan0") == nil)
     }
 }
+
+@Suite struct UUIDTests {
+    @Test func shortAndLongFormsAreEqual() throws {
+        let a = try BluetoothUUID(parsing: "180F")
+        let b = try BluetoothUUID(parsing: "0x180f")
+        let c = try BluetoothUUID(parsing: "0000180F-0000-1000-8000-00805F9B34FB")
+        #expect(a == b && b == c)
+        #expect(a.uuid16 == 0x180F && a.isShort && a.advertisedSize == 2)
+        #expect(a.uuidString == "0000180f-0000-1000-8000-00805f9b34fb")
+        let ref = try BluetoothUUID(parsing: "C4FB2349-72FE-4CA2-94D6-1F3CB16331EE")
+        #expect(ref.uuidString == "c4fb2349-72fe-4ca2-94d6-1f3cb16331ee")
+        #expect(!ref.isShort && ref.uuid16 == nil && ref.advertisedSize == 16)
+        let u32 = try BluetoothUUID(parsing: "12345678")
+        #expect(u32.isShort && u32.uuid16 == nil && u32.advertisedSize == 4)
+        #expect(u32.uuidString == "12345678-0000-1000-8000-00805f9b34fb")
+    }
+
+    @Test(arguments: [
+        ("", "empty"), ("18F", "expected 4 hex digits"), ("180G", "'G' is not a hex digit"),
+        ("c4fb2349-72fe-4ca2-94d61f3cb16331ee-", "expected the form"), ("c4fb234972fe4ca294d61f3cb16331ee", "got 32 characters"),
+    ])
+    func rejectsMalformed(_ text: String, _ reason: String) {
+        do {
+            _ = try BluetoothUUID(parsing: text)
+            Issue.record("accepted \(text)")
+        } catch {
+            #expect(error.description.contains(reason), "\(error)")
+        }
+    }
+}
