@@ -14,6 +14,7 @@ public actor BlueZClient {
     public nonisolated let bus: BusConnection
     private let logger: Logger
     private let onEvent: @Sendable (BlueZEvent) -> Void
+    private nonisolated let listeners = Mutex<[@Sendable (BlueZEvent) -> Void]>([])
     private var owner: String?
     private var adapters: [BluetoothAddress: AdapterInfo] = [:]
     private var waiters: [UUID: Waiter] = [:]
@@ -49,6 +50,13 @@ public actor BlueZClient {
         let available = owner != nil
         snapshot.withLock { $0 = (available, list) }
         onEvent(event)
+        for l in listeners.withLock({ $0 }) { l(event) }
+    }
+
+    /// Adds a listener for every later event (called in order, on the actor: keep it short,
+    /// hand work to a task). Capabilities use this to re-register with a restarted bluetoothd.
+    public nonisolated func addListener(_ listener: @escaping @Sendable (BlueZEvent) -> Void) {
+        listeners.withLock { $0.append(listener) }
     }
 
     /// All adapters, ordered by name.

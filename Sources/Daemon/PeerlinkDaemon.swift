@@ -22,6 +22,8 @@ public final class PeerlinkDaemon: Sendable {
     let notifier: SystemdNotifier
     let started = Date()
     let link = Mutex(BusLink())
+    /// The capabilities beyond adapters, each in its own files (see `DaemonCapability`).
+    let capabilities: [any DaemonCapability]
 
     /// The bus connection and the BlueZ client on it, while connected.
     struct BusLink {
@@ -50,7 +52,15 @@ public final class PeerlinkDaemon: Sendable {
         options.requestTimeout = config.requestTimeout
         server = ControlServer(options: options, logger: logger.child("control"))
         notifier = SystemdNotifier(environment: environment)
+        capabilities = PeerlinkDaemon.makeCapabilities()
         registerMethods()
+        let context = DaemonContext(logger: logger, stateDirectory: config.stateDirectory, defaultAdapter: config.adapter, server: server)
+        for c in capabilities { c.register(context) }
+    }
+
+    /// Every capability the daemon has. A new capability is added here (one line) and lives in its own files.
+    static func makeCapabilities() -> [any DaemonCapability] {
+        []
     }
 
     /// Clients connected to the control socket now.
@@ -80,6 +90,7 @@ public final class PeerlinkDaemon: Sendable {
                                  onReload: { [self] in reload() },
                                  onShutdown: { [self] in
                                      notifier.stopping()
+                                     for c in capabilities { await c.shutdown() }
                                      server.stop()
                                      link.withLock { $0.connection }?.close()
                                  })

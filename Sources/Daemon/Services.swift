@@ -48,12 +48,15 @@ struct BusService: Service {
                 daemon.publishBlueZ(event)
             }
             daemon.connected(connection, bluez)
+            let session = BusSession(connection: connection, bluez: bluez)
+            for c in daemon.capabilities { await c.attach(session) }
             do {
                 try await bluez.run()
             } catch is CancellationError {
             } catch {
                 logger.warning("lost the bus", ["error": "\(error)"])
             }
+            for c in daemon.capabilities { await c.detach() }
             connection.close()
             daemon.disconnected("the connection to the \(address) was lost")
         }
