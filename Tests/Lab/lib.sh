@@ -79,18 +79,7 @@ expect_rc() {
 
 # wait_for TIMEOUT_S CMD...: retry CMD (output discarded) every 0.1 s until it
 # succeeds (return 0) or TIMEOUT_S seconds (may be fractional) pass (return 1).
-wait_for() {
-    local ms deadline
-    # milliseconds in awk (the timeout may be fractional), the sum in bash:
-    # mawk's printf %d cannot hold a nanosecond clock
-    ms=$(awk -v t="$1" 'BEGIN { printf "%d", t * 1000 }'); shift
-    deadline=$(( $(date +%s%3N) + ms ))
-    while :; do
-        "$@" >/dev/null 2>&1 && return 0
-        [ "$(date +%s%3N)" -ge "$deadline" ] && return 1
-        sleep 0.1
-    done
-}
+wait_for() { _lab_until "$@"; }
 
 # py_check MSG [ARGS...] <<'PY' ... PY: run the Python on stdin with Debian's
 # python3 (sys.argv[1:] = ARGS); fail with MSG and its output unless it exits 0.
@@ -133,18 +122,10 @@ bluez_example() { "$PY3" -u "$LAB_DIR/bluez-example.py" "$@"; }
 # --adapter hciN [--address A] [--uuid U] [--name N] [--timeout S] [--connect]
 bluez_find() { "$PY3" -u "$LAB_DIR/bluez-find.py" "$@"; }
 
-_lib_stop_pid() {
-    local pid=$1 i
-    kill -0 "$pid" 2>/dev/null || return 0
-    kill -TERM "$pid" 2>/dev/null
-    for i in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-}
-
 _lib_cleanup() {
     local rc=$? pid f
     trap - EXIT
-    for pid in "${_LIB_PIDS[@]}"; do _lib_stop_pid "$pid"; done
+    for pid in "${_LIB_PIDS[@]}"; do _lab_stop_pid "$pid"; done
     wait 2>/dev/null
     if [ "$rc" != 0 ]; then
         for f in "$LAB_OUT"/peerlinkd-*.log; do
@@ -199,26 +180,23 @@ start_peerlinkd() {
     PEERLINKD_PID[$name]=$pid
     _LIB_PIDS+=("$pid")
     note "started peerlinkd $name on $adapter (pid $pid)"
-    _pl_answers() {
-        kill -0 "$pid" 2>/dev/null || return 2
-        timeout --foreground 5 "$PEERLINK_BIN/peerlink" --socket "$sock" status >/dev/null 2>&1
-        local rc=$?
-        [ "$rc" -le 2 ]
-    }
-    local deadline=$(( $(date +%s) + 15 ))
-    until _pl_answers; do
+    local deadline=$(( $(date +%s) + 15 )) rc
+    while :; do
         kill -0 "$pid" 2>/dev/null || fail "peerlinkd $name exited during start-up: $(tail -n 5 "$log")"
-        [ "$(date +%s)" -lt "$deadline" ] || fail "peerlinkd $name: no answer on $sock within 15 s"
+        timeout --foreground 5 "$PEERLINK_BIN/peerlink" --socket "$sock" status >/dev/null 2>&1
+        rc=$?
+        [ "$rc" -le 2 ] && return 0
+        [ "$(date +%s)" -lt "$deadline" ] || fail "peerlinkd $name: no answer on $sock within 15 s (last status exit $rc)"
         sleep 0.1
     done
 }
 
-# stop_peerlinkd NAME: SIGTERM the daemon and wait for it (3 s, then SIGKILL);
+# stop_peerlinkd NAME: SIGTERM the daemon and wait for it (5 s, then SIGKILL);
 # returns the daemon's exit status.
 stop_peerlinkd() {
     local pid=${PEERLINKD_PID[$1]:-}
     [ -n "$pid" ] || fail "stop_peerlinkd: no daemon '$1'"
-    _lib_stop_pid "$pid"
+    _lab_stop_pid "$pid"
     wait "$pid" 2>/dev/null
     local rc=$?
     unset "PEERLINKD_PID[$1]"

@@ -40,26 +40,36 @@ _lab_pid() {
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-# _lab_kill NAME: SIGTERM, wait up to 5 s, then SIGKILL.
-_lab_kill() {
-    local name=$1 pid i
-    pid=$(_lab_pid "$name") || { rm -f "$LAB_RUN/$name.pid"; return 0; }
-    kill -TERM "$pid" 2>/dev/null
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-        _lab_log "$name ($pid) ignored SIGTERM for 5 s: SIGKILL"
-        kill -KILL "$pid" 2>/dev/null; sleep 0.1
-    fi
-    rm -f "$LAB_RUN/$name.pid"
-    printf '==== %s stopped %s\n' "$name" "$(date +%T.%3N)" >>"$LAB_RESULTS/daemons/$name.log"
+# _lab_stop_pid PID: SIGTERM, wait up to 5 s, then SIGKILL.
+_lab_stop_pid() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    _lab_log "pid $pid ignored SIGTERM for 5 s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null; sleep 0.1
 }
 
-# _lab_until TIMEOUT_S CMD...: bounded poll (0.1 s steps), quiet.
+# _lab_kill NAME: stop a lab service (see _lab_stop_pid).
+_lab_kill() {
+    local name=$1 pid
+    if pid=$(_lab_pid "$name"); then
+        _lab_stop_pid "$pid"
+        printf '==== %s stopped %s\n' "$name" "$(date +%T.%3N)" >>"$LAB_RESULTS/daemons/$name.log"
+    fi
+    rm -f "$LAB_RUN/$name.pid"
+}
+
+# _lab_until TIMEOUT_S CMD...: retry CMD (output discarded) every 0.1 s until
+# it succeeds (0) or TIMEOUT_S seconds, possibly fractional, pass (1).
 _lab_until() {
-    local deadline=$(( $(date +%s%N) + ${1%.*} * 1000000000 )); shift
+    local ms deadline
+    # milliseconds in awk (fractions), the sum in bash: mawk's printf %d
+    # cannot hold a nanosecond clock
+    ms=$(awk -v t="$1" 'BEGIN { printf "%d", t * 1000 }'); shift
+    deadline=$(( $(date +%s%3N) + ms ))
     while :; do
         "$@" >/dev/null 2>&1 && return 0
-        [ "$(date +%s%N)" -ge "$deadline" ] && return 1
+        [ "$(date +%s%3N)" -ge "$deadline" ] && return 1
         sleep 0.1
     done
 }

@@ -73,12 +73,11 @@ sleep 1.5
 kill -0 "$watch_pid" 2>/dev/null || fail "watch exited early: $(cat "$(log_of watch)" "$LAB_OUT/watch.jsonl")"
 
 expect_rc 0 pl a adapter power off --adapter hci0
-wait_for 5 sh -c '[ "$(busctl get-property org.bluez /org/bluez/hci0 org.bluez.Adapter1 Powered)" = "b false" ]' \
-    || fail "busctl: hci0 still powered after 'adapter power off'"
+powered_is() { [ "$(adapter_powered "$1")" = "$2" ]; }
+wait_for 5 powered_is hci0 false || fail "busctl: hci0 still powered after 'adapter power off'"
 assert_eq "$(adapter_powered hci1)" true "hci1 untouched by powering hci0 off"
 expect_rc 0 pl a adapter power on --adapter hci0
-wait_for 5 sh -c '[ "$(busctl get-property org.bluez /org/bluez/hci0 org.bluez.Adapter1 Powered)" = "b true" ]' \
-    || fail "busctl: hci0 not powered after 'adapter power on'"
+wait_for 5 powered_is hci0 true || fail "busctl: hci0 not powered after 'adapter power on'"
 
 wait_for 25 sh -c "! kill -0 $watch_pid" || fail "watch --count 2 --timeout 20 still running after 25 s"
 wait "$watch_pid"; rc=$?
