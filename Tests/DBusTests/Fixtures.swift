@@ -171,7 +171,11 @@ enum Tools {
 
     /// Parses busctl's `--json=short` output.
     static func json(_ r: ToolResult) throws -> Any {
-        try JSONSerialization.jsonObject(with: Data(r.stdout.utf8))
+        do {
+            return try JSONSerialization.jsonObject(with: Data(r.stdout.utf8))
+        } catch {
+            throw TestSupportError("busctl printed no JSON (\(error)): \(r)")
+        }
     }
 
     /// Starts `dbus-monitor` on `bus` with `matches`, and returns once it is seen to be
