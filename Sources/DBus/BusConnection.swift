@@ -178,7 +178,7 @@ public final class BusConnection: @unchecked Sendable {
     ///
     /// Work that must happen in order with incoming messages (bookkeeping for match rules and
     /// name owners) goes in `complete`, which runs before any message that arrived after the reply.
-    func startCall(_ encoded: MessagePointer, what: String, timeout: Duration, token: CallToken? = nil,
+    func startCall(_ encoded: QueuePointer, what: String, timeout: Duration, token: CallToken? = nil,
                    complete: @escaping (Result<BusMessage, Error>) -> Void) {
         defer { dbus_message_unref(encoded.pointer) }
         if token?.isCancelled == true {

@@ -50,7 +50,7 @@ extension BusConnection {
         let text = rule.description
         let add = try Codec.encode(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                                interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(text)]))
-        let encoded = MessagePointer(add)
+        let encoded = QueuePointer(add)
         return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<UInt64, Error>) in
             enum Step { case gone, ready(UInt64), wait, add }
             let step = state.withLock { s -> Step in
@@ -109,7 +109,7 @@ extension BusConnection {
     /// Resolves the current owner of `name` for sender matching. Call with the owner-tracking
     /// subscription for `name` live.
     private func resolveOwner(_ name: String) async throws {
-        let encoded = MessagePointer(try Codec.encode(.methodCall(
+        let encoded = QueuePointer(try Codec.encode(.methodCall(
             destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
             member: "GetNameOwner", body: [.string(name)])))
         let tracking = MatchRule.nameOwnerChanged(name).description
