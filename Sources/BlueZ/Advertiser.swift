@@ -59,6 +59,8 @@ public actor Advertiser {
     private var order: [String] = []
     private var nextID = 1
     private var session: (connection: BusConnection, bluez: BlueZClient)?
+    /// Advertisements being registered now (the actor is re-entered at each await).
+    private var registering: Set<String> = []
     private let logger: Logger
     private let onEvent: @Sendable (AdvertiseEvent) -> Void
 
@@ -231,12 +233,14 @@ public actor Advertiser {
     private func registerPending() async {
         guard let session else { return }
         for id in order {
-            guard let e = entries[id], e.registeredOn == nil else { continue }
+            guard let e = entries[id], e.registeredOn == nil, !registering.contains(id) else { continue }
             if let d = e.deadline, d.timeIntervalSinceNow <= 0.5 {
                 try? await remove(id, reason: "timeout")
                 continue
             }
             guard let target = try? await session.bluez.adapter(e.adapter), target.powered else { continue }
+            registering.insert(id)
+            defer { registering.remove(id) }
             // The object is exported again so a re-registration carries the remaining timeout.
             session.connection.unexport(e.path)
             do {

@@ -124,6 +124,9 @@ public actor GattServer {
     private var order: [String] = []
     private var nextID = 1
     private var session: (connection: BusConnection, bluez: BlueZClient)?
+    /// Applications being registered now: the actor is re-entered at each await, and several
+    /// events (available, adapter added) ask for registration at once.
+    private var registering: Set<String> = []
     private let logger: Logger
     private let onEvent: @Sendable (GattServerEvent) -> Void
 
@@ -240,9 +243,11 @@ public actor GattServer {
     private func registerPending(again: Bool) async {
         guard let session else { return }
         for id in order {
-            guard let e = applications[id], e.registeredOn == nil else { continue }
+            guard let e = applications[id], e.registeredOn == nil, !registering.contains(id) else { continue }
             let target: AdapterInfo
             do { target = try await session.bluez.adapter(e.app.adapter) } catch { continue }
+            registering.insert(id)
+            defer { registering.remove(id) }
             do {
                 try await register(e.app, on: target)
                 applications[id]?.registeredOn = target.address

@@ -1,0 +1,48 @@
+#!/bin/bash
+# timeout: 240
+# bluetoothd killed and restarted: peerlinkd registers its GATT application and its
+# advertisement again by itself (no restart of peerlinkd), says so in events, within 2 s of
+# bluetoothd being back; an independent central then finds, connects and reads again.
+. "$LAB_DIR/lib.sh"
+require_peerlink
+SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
+CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
+NAME="Kenshin Cui's Device"
+central() { "$PY3" -u "$LAB_DIR/central.py" "$@"; }
+
+start_peerlinkd p hci0
+pid_before=$(pl p --json status | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
+expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
+expect_rc 0 central --adapter hci1 --service $SVC --char $CHR --read --timeout 60
+assert_contains "$RUN_OUT" "READ " "read before the restart"
+
+spawn events pl p --json watch --topic gatt.reregistered --topic advertise.restarted --topic bluez --count 4 --timeout 90
+sleep 1
+note "kill bluetoothd"
+lab_stop_bluetoothd || fail "bluetoothd did not stop"
+wait_log 10 events bluez.unavailable || fail "no bluez.unavailable event: $(cat "$(log_of events)")"
+note "start bluetoothd again"
+lab_start_bluetoothd || fail "bluetoothd did not come back"
+back=$(date +%s.%N)
+wait_log 20 events gatt.reregistered || fail "the application was not registered again: $(cat "$(log_of events)")"
+wait_log 20 events advertise.restarted || fail "the advertisement was not registered again: $(cat "$(log_of events)")"
+py_check "re-registered within 2 s of bluetoothd being back" "$(log_of events)" "$back" <<'PY'
+import json, sys, datetime
+back = float(sys.argv[2])
+times = {}
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        e = json.loads(line)
+        t = datetime.datetime.strptime(e["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+        times.setdefault(e["topic"], t)
+for topic in ("gatt.reregistered", "advertise.restarted"):
+    delay = times[topic] - back
+    print(f"{topic}: {delay:.2f} s after bluetoothd was back")
+    assert delay <= 2.0, f"{topic} {delay:.2f} s after bluetoothd was back (limit 2 s)"
+PY
+assert_eq "$(pl p --json status | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["pid"])')" "$pid_before" "same peerlinkd process"
+note "the central connects and reads again"
+expect_rc 0 central --adapter hci1 --service $SVC --char $CHR --read --timeout 60
+assert_contains "$RUN_OUT" "READ $(printf '%s' "$NAME" | od -An -v -tx1 | tr -d ' \n') $NAME" "read after the restart"
+note "recovery ok"
