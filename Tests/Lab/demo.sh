@@ -19,4 +19,31 @@ for name in a b; do
     show adapter list
     pl "$name" adapter list || fail "peerlink adapter list ($name) exited $?"
 done
+SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
+CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
+NAME="Kenshin Cui's Device"
+heading "daemon a: the reference peripheral (CBPeripheralManager's tutorial) on hci0"
+show gatt register examples/seed-peripheral.json
+pl a gatt register "$LAB_REPO/examples/seed-peripheral.json" || fail "gatt register failed"
+show advertise start --name "$NAME" --service $SVC
+pl a advertise start --name "$NAME" --service $SVC || fail "advertise start failed"
+show gatt list
+pl a gatt list
+
+heading "an independent central (python3-dbus, not PeerLink) on hci2: find, connect, read"
+"$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --read --timeout 60 || fail "central read failed"
+
+heading "the central subscribes; daemon a notifies \"<name> --<date>\" three times"
+rm -f /tmp/demo-ready
+"$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --subscribe 3 --ready-file /tmp/demo-ready --timeout 90 &
+central_pid=$!
+wait_for 60 test -e /tmp/demo-ready || fail "the central did not subscribe"
+sleep 1
+for i in 1 2 3; do
+    value="$NAME --$(date '+%Y-%m-%d %H:%M:%S')"
+    show gatt notify $CHR "\"$value\""
+    pl a gatt notify $CHR "$value" || fail "notify failed"
+    sleep 1
+done
+wait "$central_pid" || fail "the central did not receive the notifications"
 heading "end of demo"
