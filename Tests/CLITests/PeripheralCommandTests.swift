@@ -1,0 +1,78 @@
+import Arguments
+import Control
+import Foundation
+import Testing
+@testable import CLI
+
+/// The peripheral commands build the requests the protocol documents, and refuse bad input.
+@Suite struct PeripheralCommandTests {
+    private let parser = CommandParser(root: CommandTable.root)
+
+    private func request(_ args: [String]) throws -> RPCCall {
+        guard case .run(let inv) = try parser.parse(args), let cmd = CommandTable.command(at: inv.path),
+              case .call(let build, _) = cmd.action else { throw UsageError("not a call", commandPath: []) }
+        return try build(inv.values)
+    }
+
+    @Test func gattNotifyAndSet() throws {
+        #expect(try request(["gatt", "notify", "2A19", "hello"]) == RPCCall(method: "gatt.notify", params: ["uuid": "2A19", "value": "hello"]))
+        #expect(try request(["gatt", "notify", "--hex", "2A19", "0a0b", "--device", "00:AA:01:01:00:01"])
+            == RPCCall(method: "gatt.notify", params: ["uuid": "2A19", "value_hex": "0a0b", "device": "00:AA:01:01:00:01"]))
+        #expect(try request(["gatt", "set", "--app", "app2", "2A19", "x"]) == RPCCall(method: "gatt.set", params: ["uuid": "2A19", "value": "x", "app": "app2"]))
+    }
+
+    @Test func gattRegisterSendsTheFileAndNamesItOnErrors() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pl-cli-\(UUID().uuidString.prefix(6))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let good = dir.appendingPathComponent("app.json").path
+        try #"{"services":[{"uuid":"180F"}]}"#.write(toFile: good, atomically: true, encoding: .utf8)
+        let r = try request(["gatt", "register", good, "--adapter", "hci1"])
+        #expect(r.method == "gatt.register" && r.params["source"] == .string(good) && r.params["adapter"] == "hci1")
+        #expect(r.params["definition"]?["services"]?.arrayValue?.count == 1)
+        let bad = dir.appendingPathComponent("bad.json").path
+        try "{nope".write(toFile: bad, atomically: true, encoding: .utf8)
+        for (path, words) in [(bad, "not valid JSON"), (dir.appendingPathComponent("missing.json").path, "cannot read")] {
+            do {
+                _ = try request(["gatt", "register", path])
+                Issue.record("accepted \(path)")
+            } catch CLIError.failure(let message, let code) {
+                #expect(code == 2 && message.contains(path) && message.contains(words), "\(message)")
+            }
+        }
+    }
+
+    @Test func advertiseStartBuildsEveryField() throws {
+        let r = try request(["advertise", "start", "--name", "Dev", "--service", "180F", "--service", "180A",
+                             "--manufacturer", "0x004c=0215", "--service-data", "180F=64", "--appearance", "832",
+                             "--tx-power", "--interval", "100-200", "--timeout", "30"])
+        #expect(r == RPCCall(method: "advertise.start", params: [
+            "name": "Dev", "services": ["180F", "180A"], "manufacturer": [["id": 76, "data_hex": "0215"]],
+            "service_data": [["uuid": "180F", "data_hex": "64"]], "appearance": 832, "tx_power": true,
+            "interval_ms": ["min": 100, "max": 200], "timeout": 30,
+        ], minimumReplyTimeout: 15))
+    }
+
+    @Test(arguments: [
+        (["advertise", "start", "--manufacturer", "76"], "--manufacturer '76': expected ID=HEX"),
+        (["advertise", "start", "--manufacturer", "apple=00"], "the company id is a number"),
+        (["advertise", "start", "--interval", "fast"], "--interval 'fast': expected MIN-MAX"),
+    ])
+    func advertiseUsageErrors(_ args: [String], _ words: String) {
+        do {
+            _ = try request(args)
+            Issue.record("accepted \(args)")
+        } catch CLIError.usage(let e) {
+            #expect(e.message.contains(words), "\(e.message)")
+        } catch {
+            Issue.record("unexpected \(error)")
+        }
+    }
+
+    @Test func agent() throws {
+        #expect(try request(["agent", "policy"]) == RPCCall(method: "agent.policy"))
+        #expect(try request(["agent", "policy", "passkey", "123456"]) == RPCCall(method: "agent.policy", params: ["policy": "passkey 123456"]))
+        #expect(try request(["agent", "confirm", "p1", "yes"]) == RPCCall(method: "agent.confirm", params: ["id": "p1", "accept": true]))
+        #expect(throws: UsageError.self) { _ = try parser.parse(["agent", "confirm", "p1", "maybe"]) }
+    }
+}
