@@ -204,6 +204,23 @@ public final class BusConnection: @unchecked Sendable {
         token?.set(serial: serial)
     }
 
+    /// Sends a method call; `completion` runs on the connection's queue with the reply (or the
+    /// error: an error reply, `NoReply` after `timeout`, `Disconnected`). For code that answers
+    /// from the queue without a task, e.g. a method handler that must call back first.
+    public func call(_ message: BusMessage, timeout: Duration = .seconds(25),
+                     completion: @escaping @Sendable (Result<BusMessage, Error>) -> Void) {
+        precondition(message.kind == .methodCall, "call() sends method calls")
+        let encoded: QueuePointer
+        do {
+            encoded = QueuePointer(try Codec.encode(message))
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        let what = "\(message.interface.map { $0 + "." } ?? "")\(message.member ?? "") on \(message.path?.rawValue ?? "?") of \(message.destination ?? "?")"
+        onQueue { self.startCall(encoded, what: what, timeout: timeout, complete: completion) }
+    }
+
     /// Calls a method and returns the reply's body.
     public func call(destination: String, path: ObjectPath, interface: String, member: String,
                      _ body: [DBusValue] = [], timeout: Duration = .seconds(25)) async throws -> [DBusValue] {

@@ -16,10 +16,17 @@ final class FakeBlueZ: Sendable {
         var powerState = "on"
     }
 
-    init(busAddress: String, adapters: [Adapter]) async throws {
+    /// Exports the adapters; takes the name `org.bluez` unless `claimName` is false (then call
+    /// `claimName()` once everything else is exported, as bluetoothd is ready when it appears).
+    init(busAddress: String, adapters: [Adapter], claimName: Bool = true) async throws {
         connection = try await BusConnection.connect(.address(busAddress), label: "fake-bluez")
         connection.addObjectManager(at: .root)
         for a in adapters { try add(a) }
+        if claimName { try await self.claimName() }
+    }
+
+    /// Takes the name `org.bluez`: the daemon sees bluetoothd appear.
+    func claimName() async throws {
         #expect(try await connection.requestName("org.bluez"))
     }
 

@@ -174,7 +174,9 @@ final class CallCounter: Sendable {
         try await running.value
         let elapsed = ContinuousClock.now - started
         #expect(elapsed >= .milliseconds(200))
-        #expect(elapsed < .seconds(5))
+        // The stubborn service never ends by itself: returning at all shows it was abandoned
+        // (the bound only guards against a hang on a loaded machine).
+        #expect(elapsed < .seconds(60))
         #expect(await polite.events == ["start", "cancelled"])
         #expect(await stubborn.events == ["start"])
         let warning = memory.records.first { $0.level == .warning }
