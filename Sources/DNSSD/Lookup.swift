@@ -57,12 +57,17 @@ extension DNSSDClient {
     // MARK: Browsing
 
     /// Starts a browse; its results arrive as events carrying the returned ID.
-    public func browse(_ spec: BrowseSpec) async throws(DNSSDError) -> String {
+    /// `registered` gets the ID before the browser starts (so events can be routed at once).
+    public func browse(_ spec: BrowseSpec, registered: @escaping @Sendable (String) -> Void = { _ in }) async throws(DNSSDError) -> String {
         try await onQueue { [self] in
             guard running, client != nil else { return .failure(unavailableError()) }
             let b = Browse(id: newID("b"), order: nextID, spec: spec)
-            if let e = startBrowser(b) { return .failure(e) }
+            registered(b.id)
             browses[b.id] = b
+            if let e = startBrowser(b) {
+                browses[b.id] = nil
+                return .failure(e)
+            }
             return .success(b.id)
         }
     }

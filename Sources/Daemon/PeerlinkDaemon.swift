@@ -60,7 +60,9 @@ public final class PeerlinkDaemon: Sendable {
 
     /// Every capability the daemon has. A new capability is added here (one line) and lives in its own files.
     static func makeCapabilities() -> [any DaemonCapability] {
-        []
+        [
+            DNSSDCapability(),
+        ]
     }
 
     /// Clients connected to the control socket now.
