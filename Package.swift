@@ -19,7 +19,7 @@ let package = Package(
                        providers: [.apt(["libavahi-client-dev"])]),
 
         // Pure modules (Foundation only).
-        .target(name: "BLE"),
+        .target(name: "BLE", dependencies: ["Control"]),
         .target(name: "Control"),
         // Logger value passed into every module (swift-log's shape).
         .target(name: "Logging"),
@@ -46,7 +46,7 @@ let package = Package(
         // Helpers for tests: a private dbus-daemon, running external tools.
         .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),
 
-        .testTarget(name: "BLETests", dependencies: ["BLE"]),
+        .testTarget(name: "BLETests", dependencies: ["BLE", "Control"]),
         .testTarget(name: "ControlTests", dependencies: ["Control"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit", "TestSupport"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "TestSupport"]),

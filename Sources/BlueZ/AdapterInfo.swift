@@ -35,6 +35,10 @@ public struct AdapterInfo: Sendable, Hashable {
     public var discovering: Bool
     /// Supported roles: `central`, `peripheral`, `central-peripheral`.
     public var roles: [String]
+    /// Whether bluetoothd gives each subscribed central its own AcquireNotify socket
+    /// (BlueZ 5.69+). Seen through the `Manufacturer` property, which arrived in 5.71:
+    /// without it, notifications are treated as shared by all subscribers.
+    public var perDeviceNotify: Bool
 
     /// Reads an adapter from its path and properties; nil without a valid `Address`.
     public init?(path: ObjectPath, properties p: [String: DBusValue]) {
@@ -50,6 +54,7 @@ public struct AdapterInfo: Sendable, Hashable {
         discoverable = p["Discoverable"]?.bool ?? false
         discovering = p["Discovering"]?.bool ?? false
         roles = p["Roles"]?.stringArray ?? []
+        perDeviceNotify = p["Manufacturer"] != nil
     }
 
     /// Applies changed properties; returns the names of the fields that changed

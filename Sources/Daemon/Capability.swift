@@ -19,6 +19,13 @@ public struct DaemonContext: Sendable {
 
     /// Sends an event to subscribed control clients.
     public func publish(topic: String, data: JSONValue) { server.publish(topic: topic, data: data) }
+
+    /// Sends an event to one client (subscribed or not); false when it is gone.
+    @discardableResult
+    public func send(topic: String, data: JSONValue, to clientID: UInt64) -> Bool { server.send(topic: topic, data: data, to: clientID) }
+
+    /// Runs `handler` when a client connection closes, with the client's id.
+    public func onClientClose(_ handler: @escaping @Sendable (UInt64) -> Void) { server.onClientClose(handler) }
 }
 
 /// The bus-side objects while the daemon is connected to the bus.

@@ -52,6 +52,7 @@ public final class ControlServer: Sendable {
     private let logger: Logger
     private let methods: Mutex<[String: MethodHandler]> = Mutex([:])
     private let state = Mutex(ServerState())
+    private let closeHandlers = Mutex<[@Sendable (UInt64) -> Void]>([])
     private let queue = DispatchQueue(label: "peerlink.control.accept")
 
     private struct ServerState {
@@ -128,7 +129,9 @@ public final class ControlServer: Sendable {
                 return (id, s.clients.count >= options.maxClients)
             }
             let (client, lines) = ClientConnection.make(id: id, fd: fd, limits: options, logger: logger) { [weak self] id in
-                _ = self?.state.withLock { $0.clients.removeValue(forKey: id) }
+                guard let self else { return }
+                _ = self.state.withLock { $0.clients.removeValue(forKey: id) }
+                for h in self.closeHandlers.withLock({ $0 }) { h(id) }
             }
             if full {
                 logger.warning("refusing client: too many clients", ["limit": "\(options.maxClients)"])
@@ -197,6 +200,20 @@ public final class ControlServer: Sendable {
     }
 
     // MARK: Events
+
+    /// Runs `handler` with the client's id whenever a client connection closes (to release
+    /// what the client owned: read handlers, browses, publications it asked to end with it).
+    public func onClientClose(_ handler: @escaping @Sendable (UInt64) -> Void) {
+        closeHandlers.withLock { $0.append(handler) }
+    }
+
+    /// Sends an event to one client, subscribed or not; false when that client is gone.
+    @discardableResult
+    public func send(topic: String, data: JSONValue, to clientID: UInt64, time: Date = Date()) -> Bool {
+        guard let c = state.withLock({ $0.clients[clientID] }) else { return false }
+        c.send(ControlEvent.notification(topic: topic, time: time, data: data).encodedLine())
+        return true
+    }
 
     /// Sends an event to every client subscribed to a matching topic.
     public func publish(topic: String, data: JSONValue, time: Date = Date()) {

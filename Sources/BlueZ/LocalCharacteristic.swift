@@ -1,0 +1,284 @@
+import BLE
+import DBus
+import Synchronization
+import SystemKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A local characteristic at run time: its value, its subscribers and how to reach them.
+///
+/// Its D-Bus methods run on the connection's queue in arrival order (writes keep their order).
+public final class LocalCharacteristic: Sendable {
+    /// The application's id.
+    public let application: String
+    /// The definition.
+    public let definition: GattCharacteristicDefinition
+    /// Its object path.
+    public let path: ObjectPath
+    let servicePath: ObjectPath
+    let onEvent: @Sendable (GattServerEvent) -> Void
+    let state: Mutex<State>
+
+    struct State {
+        var value: [UInt8]
+        var dbusSubscribers = 0
+        var sessions: [NotifySession] = []
+        var readHandler: (@Sendable (GattReadRequest) async -> Result<[UInt8], GattError>)?
+        var connection: BusConnection?
+        var perDeviceNotify = false
+    }
+
+    /// The UUID.
+    public var uuid: BluetoothUUID { definition.uuid }
+
+    init(application: String, definition: GattCharacteristicDefinition, path: ObjectPath, servicePath: ObjectPath,
+         onEvent: @escaping @Sendable (GattServerEvent) -> Void) {
+        self.application = application
+        self.definition = definition
+        self.path = path
+        self.servicePath = servicePath
+        self.onEvent = onEvent
+        state = Mutex(State(value: definition.value))
+    }
+
+    /// The stored value.
+    public var value: [UInt8] { state.withLock { $0.value } }
+
+    /// How many centrals are subscribed (sessions, plus D-Bus subscribers).
+    public var subscriberCount: Int { state.withLock { $0.sessions.filter { !$0.isClosed }.count + $0.dbusSubscribers } }
+
+    /// The subscribed devices that BlueZ named (through AcquireNotify).
+    public var subscribedDevices: [BluetoothAddress] { state.withLock { $0.sessions.compactMap(\.device) } }
+
+    /// Sets (nil: clears) the handler that answers remote reads instead of the stored value.
+    public func setReadHandler(_ h: (@Sendable (GattReadRequest) async -> Result<[UInt8], GattError>)?) {
+        state.withLock { $0.readHandler = h }
+    }
+
+    /// Whether a read handler is set.
+    public var hasReadHandler: Bool { state.withLock { $0.readHandler != nil } }
+
+    /// Replaces the stored value (what the next read returns); no notification.
+    public func setValue(_ v: [UInt8]) throws(GattNotifyError) {
+        guard v.count <= definition.maxLength else { throw .tooLong(length: v.count, limit: definition.maxLength, mtu: nil) }
+        let c = state.withLock { s -> BusConnection? in
+            s.value = v
+            return s.connection
+        }
+        try? c?.setProperty(path, "org.bluez.GattCharacteristic1", "Value", .bytes(v))
+    }
+
+    /// Sends `value` to every subscriber (or to `device` only), and stores it as the value.
+    public func notify(_ value: [UInt8], device: BluetoothAddress? = nil) async throws(GattNotifyError) {
+        guard definition.has(GattFlag.notifyLike) else { throw .notNotifiable(uuid) }
+        let (sessions, dbus, connection, perDevice) = state.withLock { s in
+            s.sessions.removeAll { $0.isClosed }
+            return (s.sessions, s.dbusSubscribers, s.connection, s.perDeviceNotify)
+        }
+        var targets = sessions
+        if let device {
+            guard perDevice, let session = sessions.first(where: { $0.device == device }) else {
+                throw .deviceNotSubscribed(device, perDeviceSupported: perDevice)
+            }
+            targets = [session]
+        }
+        if targets.isEmpty && dbus == 0 { throw .noSubscribers(uuid) }
+        // Every target must take the whole value, or none is sent.
+        if let smallest = targets.min(by: { $0.limit < $1.limit }), value.count > smallest.limit {
+            throw .tooLong(length: value.count, limit: smallest.limit, mtu: smallest.mtu)
+        }
+        if targets.isEmpty, value.count > 20 {
+            throw .tooLong(length: value.count, limit: 20, mtu: nil)
+        }
+        guard value.count <= definition.maxLength else { throw .tooLong(length: value.count, limit: definition.maxLength, mtu: nil) }
+        state.withLock { $0.value = value }
+        for t in targets { try await t.send(value) }
+        if targets.isEmpty, let connection {
+            // The D-Bus path: bluetoothd notifies every subscriber when Value changes.
+            do {
+                try connection.emitSignal(path, StandardInterface.properties, "PropertiesChanged",
+                                          [.string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes(value)]), .stringArray([])])
+            } catch {
+                throw .failed("\(error)")
+            }
+        }
+    }
+
+    // MARK: D-Bus side (on the connection's queue)
+
+    func attach(_ c: BusConnection?, perDeviceNotify: Bool) {
+        let old = state.withLock { s -> [NotifySession] in
+            s.connection = c
+            s.perDeviceNotify = perDeviceNotify
+            s.dbusSubscribers = 0
+            let o = s.sessions
+            s.sessions = []
+            return o
+        }
+        for o in old { o.close() }
+    }
+
+    static func options(_ v: DBusValue) -> (offset: Int, device: BluetoothAddress?, mtu: Int?, type: String?, prepare: Bool) {
+        let m = v.stringKeyedMap ?? [:]
+        let device = m["device"]?.objectPath.flatMap { BluetoothAddress(bluezPathElement: $0.lastElement) }
+        return (Int(m["offset"]?.integer ?? 0), device, m["mtu"]?.integer.map { Int($0) }, m["type"]?.string, m["prepare-authorize"]?.bool ?? false)
+    }
+
+    var interface: InterfaceSpec {
+        var methods: [MethodSpec] = [
+            MethodSpec("ReadValue", inputs: [("options", "a{sv}")], outputs: [("value", "ay")]) { [self] call, reply in
+                read(call.arguments[0], reply)
+            },
+            MethodSpec("WriteValue", inputs: [("value", "ay"), ("options", "a{sv}")]) { [self] call, reply in
+                write(call.arguments[0].byteArray ?? [], call.arguments[1], reply)
+            },
+            MethodSpec("StartNotify") { [self] _, reply in
+                guard definition.has(GattFlag.notifyLike) else { return reply.fail(GattError.notSupported.busError) }
+                state.withLock { $0.dbusSubscribers += 1 }
+                onEvent(.subscribed(application: application, uuid: uuid, device: nil, mtu: nil, via: "dbus"))
+                reply.succeed()
+            },
+            MethodSpec("StopNotify") { [self] _, reply in
+                let had = state.withLock { s -> Bool in
+                    guard s.dbusSubscribers > 0 else { return false }
+                    s.dbusSubscribers -= 1
+                    return true
+                }
+                if had { onEvent(.unsubscribed(application: application, uuid: uuid, device: nil)) }
+                reply.succeed()
+            },
+            MethodSpec("Confirm") { [self] _, reply in
+                onEvent(.confirmed(application: application, uuid: uuid, device: nil))
+                reply.succeed()
+            },
+        ]
+        var properties = [
+            PropertySpec("UUID", "s"), PropertySpec("Service", "o"), PropertySpec("Flags", "as"),
+            // Changes of Value are signalled by hand: only a notification may emit it, or
+            // bluetoothd would notify every subscriber after each remote write.
+            PropertySpec("Value", "ay", changeSignal: .none),
+            PropertySpec("Notifying", "b"),
+        ]
+        // Indications go through StartNotify, where bluetoothd reports each confirmation
+        // (Confirm); notifications use the AcquireNotify socket, the fast path.
+        let fastNotify = definition.has([.notify, .encryptNotify, .encryptAuthenticatedNotify, .secureNotify])
+            && !definition.has([.indicate, .encryptIndicate, .encryptAuthenticatedIndicate, .secureIndicate])
+        if fastNotify {
+            properties.append(PropertySpec("NotifyAcquired", "b"))
+            methods.append(MethodSpec("AcquireNotify", inputs: [("options", "a{sv}")], outputs: [("fd", "h"), ("mtu", "q")]) { [self] call, reply in
+                acquireNotify(call.arguments[0], reply)
+            })
+        }
+        if definition.flags.contains(.writeWithoutResponse) {
+            properties.append(PropertySpec("WriteAcquired", "b"))
+            methods.append(MethodSpec("AcquireWrite", inputs: [("options", "a{sv}")], outputs: [("fd", "h"), ("mtu", "q")]) { [self] call, reply in
+                acquireWrite(call.arguments[0], reply)
+            })
+        }
+        return InterfaceSpec("org.bluez.GattCharacteristic1", methods: methods, properties: properties)
+    }
+
+    var propertyValues: [String: DBusValue] {
+        var v: [String: DBusValue] = [
+            "UUID": .string(uuid.uuidString), "Service": .objectPath(servicePath),
+            "Flags": .stringArray(definition.flags.map(\.rawValue)), "Value": .bytes(value), "Notifying": .boolean(false),
+        ]
+        if interface.properties.contains(where: { $0.name == "NotifyAcquired" }) { v["NotifyAcquired"] = .boolean(false) }
+        if interface.properties.contains(where: { $0.name == "WriteAcquired" }) { v["WriteAcquired"] = .boolean(false) }
+        return v
+    }
+
+    private func read(_ opts: DBusValue, _ reply: MethodReply) {
+        guard definition.has(GattFlag.readLike) else { return reply.fail(GattError.notPermitted.busError) }
+        let o = Self.options(opts)
+        onEvent(.read(application: application, uuid: uuid, device: o.device, offset: o.offset))
+        let (value, handler) = state.withLock { ($0.value, $0.readHandler) }
+        if let handler {
+            let req = GattReadRequest(application: application, uuid: uuid, device: o.device, offset: o.offset, mtu: o.mtu)
+            Task {
+                switch await handler(req) {
+                case .success(let v):
+                    guard o.offset <= v.count else { return reply.fail(GattError.invalidOffset.busError) }
+                    reply.succeed([.bytes(Array(v[o.offset...]))])
+                case .failure(let e):
+                    reply.fail(e.busError)
+                }
+            }
+            return
+        }
+        guard o.offset <= value.count else { return reply.fail(GattError.invalidOffset.busError) }
+        reply.succeed([.bytes(Array(value[o.offset...]))])
+    }
+
+    private func write(_ data: [UInt8], _ opts: DBusValue, _ reply: MethodReply) {
+        guard definition.has(GattFlag.writeLike) else { return reply.fail(GattError.notPermitted.busError) }
+        let o = Self.options(opts)
+        if o.prepare {
+            // A prepared write asks for authorisation only; the data comes with the execute.
+            return reply.succeed()
+        }
+        let type = o.type ?? "request"
+        let result = state.withLock { s -> Result<[UInt8], GattError> in
+            guard o.offset <= s.value.count else { return .failure(.invalidOffset) }
+            guard o.offset + data.count <= definition.maxLength else { return .failure(.invalidValueLength) }
+            s.value = Array(s.value[..<o.offset]) + data
+            return .success(s.value)
+        }
+        switch result {
+        case .failure(let e):
+            reply.fail(e.busError)
+        case .success(let v):
+            reply.succeed()
+            onEvent(.wrote(application: application, uuid: uuid, device: o.device, data: data, offset: o.offset, type: type, value: v))
+        }
+    }
+
+    private func acquireNotify(_ opts: DBusValue, _ reply: MethodReply) {
+        let o = Self.options(opts)
+        let mtu = o.mtu ?? 23
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "socketpair: \(SystemError(call: "socketpair", code: errno))"))
+        }
+        let theirs = UnixFD(taking: fds[1])
+        let session = NotifySession(fd: fds[0], device: o.device, mtu: mtu, onConfirm: { [self] in
+            onEvent(.confirmed(application: application, uuid: uuid, device: o.device))
+        }, onClose: { [weak self] s in
+            guard let self else { return }
+            state.withLock { $0.sessions.removeAll { $0 === s } }
+            onEvent(.unsubscribed(application: application, uuid: uuid, device: s.device))
+        })
+        let replaced = state.withLock { s -> [NotifySession] in
+            let old = s.sessions.filter { $0.device == o.device }
+            s.sessions.removeAll { $0.device == o.device }
+            s.sessions.append(session)
+            return old
+        }
+        for r in replaced { r.close() }
+        reply.succeed([.unixFD(theirs), .uint16(UInt16(clamping: mtu))])
+        onEvent(.subscribed(application: application, uuid: uuid, device: o.device, mtu: mtu, via: "fd"))
+    }
+
+    private func acquireWrite(_ opts: DBusValue, _ reply: MethodReply) {
+        let o = Self.options(opts)
+        let mtu = o.mtu ?? 23
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "socketpair failed"))
+        }
+        let theirs = UnixFD(taking: fds[1])
+        WriteSession.start(fd: fds[0], mtu: mtu) { [weak self] data in
+            guard let self else { return }
+            let v = state.withLock { s -> [UInt8]? in
+                guard data.count <= definition.maxLength else { return nil }
+                s.value = data
+                return s.value
+            }
+            if let v {
+                onEvent(.wrote(application: application, uuid: uuid, device: o.device, data: data, offset: 0, type: "command", value: v))
+            }
+        }
+        reply.succeed([.unixFD(theirs), .uint16(UInt16(clamping: mtu))])
+    }
+}
