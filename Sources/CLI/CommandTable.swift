@@ -10,6 +10,7 @@ public enum CommandTable {
     /// The abstracts of command groups, by path.
     public static let groups: [[String]: String] = [
         ["adapter"]: "Inspect and control Bluetooth adapters.",
+        ["dnssd"]: DNSSDCommands.groupAbstract,
     ]
 
     /// The leaf commands, in the order help lists them.
@@ -18,6 +19,13 @@ public enum CommandTable {
         AdapterCommands.list,
         AdapterCommands.power,
         WatchCommand.watch,
+        DNSSDCommands.publish,
+        DNSSDCommands.unpublish,
+        DNSSDCommands.update,
+        DNSSDCommands.list,
+        DNSSDCommands.browse,
+        DNSSDCommands.resolve,
+        DNSSDCommands.types,
     ]
 
     /// The options every command accepts (before or after the command name).

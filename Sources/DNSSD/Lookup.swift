@@ -180,16 +180,19 @@ extension DNSSDClient {
 
     // MARK: Resolving
 
-    /// Resolves one service to its host, addresses, port and TXT. Looks up IPv4 and IPv6
-    /// addresses together; answers when both are in, or 250 ms after the first (a host
-    /// without IPv6 leaves Avahi's IPv6 lookup waiting for its own timeout), or fails after
-    /// `timeout` seconds.
-    public func resolve(name: String, type: String, domain: String?, interfaceIndex: Int32?, timeout: Double) async throws(DNSSDError) -> ResolvedService {
+    /// Resolves one service to its host, address, port and TXT, answering with the first
+    /// address Avahi finds (from its cache when it can), or failing after `timeout` seconds.
+    /// With `allAddresses`, looks up IPv4 and IPv6 addresses together and answers when both
+    /// are in, or 250 ms after the first (a host without IPv6 leaves Avahi's IPv6 lookup
+    /// waiting for its own timeout).
+    public func resolve(name: String, type: String, domain: String?, interfaceIndex: Int32?, timeout: Double,
+                        allAddresses: Bool = false) async throws(DNSSDError) -> ResolvedService {
         let r: OneShotResult = try await onQueueAwaiting { [self] done in
             guard running, let c = client else { return done(.failure(unavailableError())) }
             let o = OneShot(id: newID("r"))
             o.finish = done
-            for aproto in [Int32(AVAHI_PROTO_INET), Int32(AVAHI_PROTO_INET6)] {
+            let families = allAddresses ? [Int32(AVAHI_PROTO_INET), Int32(AVAHI_PROTO_INET6)] : [Int32(AVAHI_PROTO_UNSPEC)]
+            for aproto in families {
                 let box = CallbackBox(.oneShot, id: o.id, owner: self).retained()
                 guard let r = avahi_service_resolver_new(
                     c.pointer, interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), name, type, domain, aproto,
