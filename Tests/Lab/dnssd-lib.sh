@@ -23,3 +23,20 @@ avahi_running() { [ "$(busctl call org.freedesktop.Avahi / org.freedesktop.Avahi
 
 # dummy0_addrs: the lab interface's addresses, space-separated (IPv4 and link-local IPv6).
 dummy0_addrs() { ip -o addr show dev dummy0 | awk '{ sub(/\/.*/, "", $4); print $4 }' | tr '\n' ' '; }
+
+# start_peerlinkd_keep NAME ADAPTER STATE_DIR: like start_peerlinkd, but with a state dir
+# that is kept (not wiped), so a restarted daemon finds what it saved.
+start_peerlinkd_keep() {
+    local name=$1 adapter=$2 state=$3 sock log pid
+    require_peerlink
+    sock=$(pl_socket "$name"); log="$LAB_OUT/peerlinkd-$name.log"
+    rm -rf "${sock%/*}"; mkdir -p "${sock%/*}" "$state"
+    "$PEERLINK_BIN/peerlinkd" --socket "$sock" --adapter "$adapter" --state-dir "$state" --config /dev/null \
+        </dev/null >>"$log" 2>&1 &
+    pid=$!
+    PEERLINKD_PID[$name]=$pid
+    _LIB_PIDS+=("$pid")
+    note "started peerlinkd $name on $adapter with state dir $state (pid $pid)"
+    wait_for 15 sh -c "timeout 5 '$PEERLINK_BIN/peerlink' --socket '$sock' status >/dev/null 2>&1; [ \$? -le 2 ]" \
+        || fail "peerlinkd $name: no answer on $sock within 15 s: $(tail -n 5 "$log")"
+}

@@ -33,7 +33,7 @@ i = items[0]
 assert i["port"] == 631, i
 assert i["host"] == "peerlink-lab.local", i
 assert i["address"] in sys.argv[2].split(), (i, sys.argv[2])
-assert sorted(i["txt"]) == sorted(["txtvers=1", "note=hello world", "rp=printers/lab"]), i["txt"]
+assert i["txt"] == ["txtvers=1", "note=hello world", "rp=printers/lab"], i["txt"]
 PY
 
 note "the subtype _universal._sub._ipp._tcp finds it too"
@@ -52,6 +52,12 @@ note "live TXT update is seen by avahi-browse"
 expect_rc 0 pl a dnssd update "$ID" txtvers=1 note=changed
 wait_for 15 sh -c "avahi-browse -r -p -t _ipp._tcp 2>/dev/null | grep -q 'note=changed'" \
     || fail "avahi-browse never saw note=changed"
+avahi_browse_json _ipp._tcp >"$LAB_OUT/avahi-updated.json"
+py_check "the updated TXT, in the order given" "$LAB_OUT/avahi-updated.json" <<'PY'
+import json, sys
+i = [i for i in json.load(open(sys.argv[1])) if i["event"] == "=" and i["name"] == "Lab Printer"][0]
+assert i["txt"] == ["txtvers=1", "note=changed"], i["txt"]
+PY
 
 note "avahi-publish -s publishes \"Avahi Tool Service\" _lab-demo._tcp 4242"
 spawn avahi-publish avahi-publish -s "Avahi Tool Service" _lab-demo._tcp 4242 k1=v1 flag "path=/a b"
@@ -71,7 +77,7 @@ r = res[0]
 assert r["port"] == 4242, r
 assert r["host"] == "peerlink-lab.local", r
 assert r["addresses"] and set(r["addresses"]) <= set(sys.argv[2].split()), (r, sys.argv[2])
-assert sorted(r["txt"]) == sorted(["k1=v1", "flag", "path=/a b"]), r["txt"]
+assert r["txt"] == ["k1=v1", "flag", "path=/a b"], r["txt"]
 assert r["interface"] == "dummy0" and r["protocol"] == "ipv4", r
 PY
 
@@ -85,7 +91,8 @@ expect_rc 0 pl b --json dnssd resolve "Avahi Tool Service" _lab-demo._tcp --time
 assert_contains "$RUN_OUT" '"port":4242' "resolve avahi-publish's service"
 expect_rc 0 pl b dnssd resolve "Lab Printer" _ipp._tcp
 assert_contains "$RUN_OUT" "port: 631" "resolve Lab Printer"
-assert_contains "$RUN_OUT" "txt: note=changed" "resolve Lab Printer (TXT updated)"
+assert_contains "$RUN_OUT" "txt: txtvers=1
+txt: note=changed" "resolve Lab Printer (TXT updated, in order)"
 assert_contains "$RUN_OUT" "addresses: " "resolve Lab Printer address"
 expect_rc 0 pl b --json dnssd resolve "Lab Printer" _ipp._tcp --all-addresses
 for a in $ADDRS; do assert_contains "$RUN_OUT" "\"$a\"" "resolve --all-addresses has $a"; done
