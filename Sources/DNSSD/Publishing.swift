@@ -36,15 +36,10 @@ final class Publication {
 }
 
 /// An `AvahiStringList` built from a TXT record; freed by its owner.
-///
-/// Avahi's two calls taking a list put its entries on the wire in opposite orders (seen in
-/// the lab with avahi 0.8: AddService keeps the list's order, UpdateServiceTxt reverses
-/// it), so `forUpdate` builds the list the other way round: the record goes out in the
-/// order given either way.
-func makeStringList(_ txt: TXTRecord, forUpdate: Bool = false) -> UnsafeMutablePointer<AvahiStringList>? {
+func makeStringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? {
     var list: UnsafeMutablePointer<AvahiStringList>?
-    // avahi_string_list_add_arbitrary prepends: add the last entry first for list order.
-    for e in forUpdate ? txt.entries : txt.entries.reversed() {
+    // avahi_string_list_add_arbitrary prepends: add the last entry first.
+    for e in txt.entries.reversed() {
         list = e.withUnsafeBufferPointer { avahi_string_list_add_arbitrary(list, $0.baseAddress, $0.count) }
     }
     return list
@@ -105,7 +100,7 @@ extension DNSSDClient {
             guard let p = publications[id] else { return .failure(.notFound(kind: "publication", id: id)) }
             if let g = p.group {
                 guard running else { return .failure(unavailableError()) }
-                let list = makeStringList(txt, forUpdate: true)
+                let list = makeStringList(txt)
                 defer { avahi_string_list_free(list) }
                 let r = avahi_entry_group_update_service_txt_strlst(
                     g.pointer, p.spec.interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
