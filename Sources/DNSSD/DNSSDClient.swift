@@ -57,6 +57,7 @@ public final class DNSSDClient: @unchecked Sendable {
     var running = false
     var stopped = false
     var wasUnavailable = false
+    var connectRetryDelay = 0.0
     var nextID = 1
     var publications: [String: Publication] = [:]
     var browses: [String: Browse] = [:]
@@ -135,11 +136,18 @@ public final class DNSSDClient: @unchecked Sendable {
             // No system bus at all: try again later (a timer on the queue, no sleeping).
             let reason = "cannot reach avahi-daemon over the system bus: \(Self.message(error))"
             setAvailability(false, reason)
-            logger.warning("cannot create the Avahi client; retrying", ["error": Self.message(error)])
-            queue.asyncAfter(deadline: .now() + 2) { [weak self] in self?.connect() }
+            // Said once; then retried quietly, less and less often (2 s doubling to 30 s).
+            if connectRetryDelay == 0 {
+                logger.warning("cannot create the Avahi client; retrying", ["error": Self.message(error)])
+            } else {
+                logger.debug("cannot create the Avahi client; retrying", ["error": Self.message(error)])
+            }
+            connectRetryDelay = min(max(connectRetryDelay * 2, 2), 30)
+            queue.asyncAfter(deadline: .now() + connectRetryDelay) { [weak self] in self?.connect() }
             return
         }
         if client == nil { client = COwned(pointer: c, box: box) }
+        connectRetryDelay = 0
     }
 
     /// Avahi's client state changed. On the queue (inside an Avahi call).
