@@ -274,6 +274,16 @@ extension DNSSDClient {
         oneShots[o.id] = nil
         o.timer?.cancel()
         o.grace?.cancel()
+        var result = result
+        if case .success(.resolved(var r)) = result {
+            let e = ContinuousClock.now - o.started
+            r.elapsedMilliseconds = Double(e.components.seconds) * 1000 + Double(e.components.attoseconds) / 1e15
+            result = .success(.resolved(r))
+        }
+        // Answer first: freeing a resolver is one more blocking D-Bus call to avahi-daemon.
+        let f = o.finish
+        o.finish = nil
+        f?(result)
         for obj in o.objects {
             if free {
                 if o.id.hasPrefix("t") {
@@ -285,15 +295,6 @@ extension DNSSDClient {
             CallbackBox.release(obj.box)
         }
         o.objects = []
-        var result = result
-        if case .success(.resolved(var r)) = result {
-            let e = ContinuousClock.now - o.started
-            r.elapsedMilliseconds = Double(e.components.seconds) * 1000 + Double(e.components.attoseconds) / 1e15
-            result = .success(.resolved(r))
-        }
-        let f = o.finish
-        o.finish = nil
-        f?(result)
     }
 
     // MARK: Service types

@@ -75,6 +75,14 @@ for i in $(seq "$N"); do
     wall+=($((t1 - t0)))
 done
 
+# What a process start costs each side (both start one per publish).
+pst=(); ast=()
+for _ in 1 2 3 4 5; do
+    t0=$(now_ms); "$PEERLINK_BIN/peerlink" --version >/dev/null; t1=$(now_ms); pst+=($((t1 - t0)))
+    t0=$(now_ms); avahi-publish --version >/dev/null 2>&1; t1=$(now_ms); ast+=($((t1 - t0)))
+done
+note "process start, median ms: peerlink --version $(median "${pst[@]}"), avahi-publish --version $(median "${ast[@]}")"
+
 om=$(median "${ours[@]}"); bm=$(median "${base[@]}")
 ratio=$("$PY3" -c "print(f'{$om / $bm:.3f}')")
 note "publish_to_resolved ours: ${ours[*]}"
