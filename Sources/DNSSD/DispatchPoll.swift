@@ -108,8 +108,10 @@ final class DispatchPoll: @unchecked Sendable {
         }
     }
 
-    /// Frees the C table. Only after the client using it was freed.
+    /// Frees the C table and cancels any watch still open (its sources must not be released
+    /// suspended). On the queue, only after the client using the table was freed.
     func close() {
+        for w in watches.values { freeWatch(w) }
         api.deinitialize(count: 1)
         api.deallocate()
     }

@@ -25,6 +25,9 @@ import Glibc
         return condition()
     }
 
+    /// A non-blocking pipe. Its descriptors are left open when a test ends: closing one that
+    /// a Dispatch source still watches (cancellation is asynchronous) would let its number
+    /// be reused by a test running in parallel while libdispatch still tracks it.
     func makePipe() -> (read: Int32, write: Int32) {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
@@ -37,9 +40,8 @@ import Glibc
         // of the input would never be reported.
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
         let got = Counter()
         queue.sync {
             _ = poll.addWatch(fd: r, events: Int16(POLLIN)) { _, revents in
@@ -56,9 +58,8 @@ import Glibc
     @Test func alreadyReadableDescriptorIsReported() async {
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
         #expect(write(w, "x", 1) == 1)
         let calls = Counter()
         queue.sync {
@@ -74,9 +75,8 @@ import Glibc
     @Test func writableAndEventsReportedDuringTheCall() async {
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
         let calls = Counter()
         queue.sync {
             _ = poll.addWatch(fd: w, events: Int16(POLLOUT)) { watch, revents in
@@ -94,9 +94,8 @@ import Glibc
     @Test func freedWatchIsNeverCalled() async {
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
         let calls = Counter()
         queue.sync {
             let watch = poll.addWatch(fd: r, events: Int16(POLLIN)) { _, _ in calls.add() }
@@ -111,9 +110,8 @@ import Glibc
     @Test func hangUpIsReportedOnce() async {
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let (r, w) = makePipe()
-        defer { close(r) }
         let hups = Counter()
         queue.sync {
             _ = poll.addWatch(fd: r, events: Int16(POLLIN)) { watch, revents in
@@ -132,7 +130,7 @@ import Glibc
     @Test func timeoutsFireOnceAndCanBeReArmedOrDisarmed() async {
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
-        defer { poll.close() }
+        defer { queue.sync { poll.close() } }
         let fired = Counter()
         let t = queue.sync { poll.addTimeout(at: .now() + .milliseconds(30)) { _ in fired.add() } }
         #expect(await eventually { fired.count == 1 })
