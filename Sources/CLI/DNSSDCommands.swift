@@ -20,6 +20,7 @@ enum DNSSDCommands {
                    help: "A subtype, _label or _label._sub._type._tcp (repeatable)."),
             .value("interface", valueName: "name", parser: .nonEmptyString, help: "Publish on this network interface only."),
             .value("domain", valueName: "domain", parser: .nonEmptyString, help: "The domain (default: local)."),
+            .flag("hold", help: "Tie the publication to this command: it stays until interrupted (like avahi-publish)."),
         ],
         arguments: [
             Positional("name", help: "The instance name (1 to 63 bytes of UTF-8)."),
@@ -125,22 +126,40 @@ enum DNSSDCommands {
         if !subtypes.isEmpty { params["subtypes"] = .array(subtypes.map(JSONValue.string)) }
         if let i = v.string("interface") { params["interface"] = .string(i) }
         if let d = v.string("domain") { params["domain"] = .string(d) }
+        let hold = v.flag("hold")
+        if hold { params["owner"] = "connection" }
         let client = try context.connect()
         defer { client.close() }
         let r = try context.perform(RPCCall(method: ControlMethod.dnssdPublish, params: params, minimumReplyTimeout: 15), on: client)
         if context.json {
             context.print(r.description)
-            return 0
+        } else {
+            report(r, requested: v.string("name") ?? "", context)
         }
+        guard hold else { return 0 }
+        // The daemon withdraws the service when this connection closes: wait for the end.
+        context.onStreamingStarted()
+        while true {
+            do {
+                _ = try client.nextNotification(timeout: nil)
+            } catch .closed {
+                throw .failure("peerlinkd closed the connection; the publication is withdrawn", exitCode: 1)
+            } catch {
+                throw .connection(error, during: nil)
+            }
+        }
+    }
+
+    /// The ID on standard output; notes on standard error.
+    private static func report(_ r: JSONValue, requested: String, _ context: CommandContext) {
         context.print(r["id"]?.stringValue ?? "?")
         let name = r["name"]?.stringValue ?? ""
-        if name != (v.string("name") ?? "") {
+        if name != requested {
             context.stderr.write("peerlink: note: the name was taken; published as \"\(name)\"\n")
         }
         if r["state"]?.stringValue != "established" {
             context.stderr.write("peerlink: note: not established yet (state \(r["state"]?.stringValue ?? "?"))\n")
         }
-        return 0
     }
 
     static func runBrowse(_ context: CommandContext) throws(CLIError) -> Int32 {
