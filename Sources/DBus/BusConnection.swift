@@ -163,28 +163,7 @@ public final class BusConnection: @unchecked Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (cont: CheckedContinuation<BusMessage, Error>) in
                 queue.async {
-                    defer { dbus_message_unref(encoded.pointer) }
-                    if token.isCancelled {
-                        cont.resume(throwing: CancellationError())
-                        return
-                    }
-                    if self.state.withLock({ $0.disconnected }) {
-                        cont.resume(throwing: BusError(name: BusError.disconnected, message: "not connected to the \(self.address)"))
-                        return
-                    }
-                    var serial: UInt32 = 0
-                    guard dbus_connection_send(self.conn, encoded.pointer, &serial) != 0 else {
-                        cont.resume(throwing: BusError(name: BusError.noMemory, message: "dbus_connection_send"))
-                        return
-                    }
-                    let timer = DispatchSource.makeTimerSource(queue: self.queue)
-                    timer.schedule(deadline: .now() + timeout.timeInterval)
-                    timer.setEventHandler { [weak self] in
-                        self?.completePending(serial, .failure(BusError(name: BusError.noReply, message: "no reply to \(what) within \(timeout.secondsText)")))
-                    }
-                    timer.activate()
-                    self.pending[serial] = PendingCall(continuation: cont, timer: timer)
-                    token.set(serial: serial)
+                    self.startCall(encoded, what: what, timeout: timeout, token: token) { cont.resume(with: $0) }
                 }
             }
         } onCancel: {
@@ -192,6 +171,37 @@ public final class BusConnection: @unchecked Sendable {
                 if let s = token.cancel() { self.completePending(s, .failure(CancellationError())) }
             }
         }
+    }
+
+    /// Sends the method call `encoded` (and releases it) and runs `complete` on the queue with its
+    /// reply, error, timeout or disconnection, exactly once. On the queue.
+    ///
+    /// Work that must happen in order with incoming messages (bookkeeping for match rules and
+    /// name owners) goes in `complete`, which runs before any message that arrived after the reply.
+    func startCall(_ encoded: QueuePointer, what: String, timeout: Duration, token: CallToken? = nil,
+                   complete: @escaping (Result<BusMessage, Error>) -> Void) {
+        defer { dbus_message_unref(encoded.pointer) }
+        if token?.isCancelled == true {
+            complete(.failure(CancellationError()))
+            return
+        }
+        if state.withLock({ $0.disconnected }) {
+            complete(.failure(BusError(name: BusError.disconnected, message: "not connected to the \(address)")))
+            return
+        }
+        var serial: UInt32 = 0
+        guard dbus_connection_send(conn, encoded.pointer, &serial) != 0 else {
+            complete(.failure(BusError(name: BusError.noMemory, message: "dbus_connection_send")))
+            return
+        }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + timeout.timeInterval)
+        timer.setEventHandler { [weak self] in
+            self?.completePending(serial, .failure(BusError(name: BusError.noReply, message: "no reply to \(what) within \(timeout.secondsText)")))
+        }
+        timer.activate()
+        pending[serial] = PendingCall(complete: complete, timer: timer)
+        token?.set(serial: serial)
     }
 
     /// Calls a method and returns the reply's body.
@@ -205,7 +215,7 @@ public final class BusConnection: @unchecked Sendable {
     func completePending(_ serial: UInt32, _ result: Result<BusMessage, Error>) {
         guard let p = pending.removeValue(forKey: serial) else { return }
         p.timer.cancel()
-        p.continuation.resume(with: result)
+        p.complete(result)
     }
 
     /// The number of calls waiting for a reply (for leak checks).
@@ -215,23 +225,36 @@ public final class BusConnection: @unchecked Sendable {
 // MARK: - State
 
 struct PendingCall {
-    let continuation: CheckedContinuation<BusMessage, Error>
+    /// Runs on the queue with the outcome.
+    let complete: (Result<BusMessage, Error>) -> Void
     let timer: DispatchSourceTimer
 }
 
 struct Subscription {
     let rule: MatchRule
-    let continuation: AsyncStream<BusMessage>.Continuation
+    /// Where matching signals go; nil for an internal owner-tracking subscription, which only
+    /// keeps its rule on the bus so that `deliverSignal` sees the owner changes.
+    let continuation: AsyncStream<BusMessage>.Continuation?
     /// The internal owner-tracking subscription that ends with this one.
     let linked: UInt64?
+}
+
+/// One match rule on the bus, shared by the subscriptions that use its text.
+struct BusRule {
+    /// How many subscriptions use it: the rule is on the bus while this is > 0.
+    var refs = 0
+    /// Whether `AddMatch` has been answered.
+    var onBus = false
+    /// Subscriptions waiting for the `AddMatch` answer (each counts in `refs`).
+    var waiters: [(id: UInt64, continuation: CheckedContinuation<UInt64, Error>)] = []
 }
 
 struct ConnectionState {
     var disconnected = false
     var subscriptions: [UInt64: Subscription] = [:]
     var nextSubscriptionID: UInt64 = 1
-    /// How many subscriptions use each rule text: the rule is on the bus while this is > 0.
-    var matchRefs: [String: Int] = [:]
+    /// The rules this connection has on the bus, by rule text.
+    var matchRefs: [String: BusRule] = [:]
     /// Current owners of the well-known names that subscriptions name as sender.
     var nameOwners: [String: String] = [:]
     var disconnectWaiters: [CheckedContinuation<Void, Never>] = []

@@ -243,7 +243,7 @@ extension BusConnection {
             }
             return s.subscriptions.values.filter { sub in
                 sub.rule.matches(m, senderOwner: sub.rule.wellKnownSender.flatMap { s.nameOwners[$0] })
-            }.map(\.continuation)
+            }.compactMap(\.continuation)
         }
         for c in targets { c.yield(m) }
     }
@@ -251,22 +251,25 @@ extension BusConnection {
     func handleDisconnect() {
         let calls = Array(pending.values)
         pending.removeAll()
-        let (subs, waiters) = state.withLock { s -> ([Subscription], [CheckedContinuation<Void, Never>]) in
-            if s.disconnected { return ([], []) }
+        let (subs, subscribing, waiters) = state.withLock { s in
+            if s.disconnected { return ([Subscription](), [CheckedContinuation<UInt64, Error>](), [CheckedContinuation<Void, Never>]()) }
             s.disconnected = true
             let subs = Array(s.subscriptions.values)
             s.subscriptions.removeAll()
+            let subscribing = s.matchRefs.values.flatMap { $0.waiters.map(\.continuation) }
             s.matchRefs.removeAll()
+            s.nameOwners.removeAll()
             let w = s.disconnectWaiters
             s.disconnectWaiters.removeAll()
-            return (subs, w)
+            return (subs, subscribing, w)
         }
         let err = BusError(name: BusError.disconnected, message: "the connection to the \(address) was lost")
         for p in calls {
             p.timer.cancel()
-            p.continuation.resume(throwing: err)
+            p.complete(.failure(err))
         }
-        for s in subs { s.continuation.finish() }
+        for c in subscribing { c.resume(throwing: err) }
+        for s in subs { s.continuation?.finish() }
         for w in waiters { w.resume() }
     }
 }

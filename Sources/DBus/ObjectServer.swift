@@ -35,7 +35,7 @@ extension BusConnection {
         }
         if let manager, !interfaces.isEmpty {
             let added = DBusValue.dictionary(key: "s", value: "a{sv}", interfaces.map { i in
-                .init(.string(i.name), .propertyMap(values[i.name] ?? [:]))
+                .init(.string(i.name), .propertyMap(Self.readable(i, values[i.name] ?? [:])))
             })
             _ = try? send(.signal(path: manager, interface: StandardInterface.objectManager, member: "InterfacesAdded",
                               body: [.objectPath(path), added]))
@@ -115,6 +115,12 @@ extension BusConnection {
             try send(.signal(path: path, interface: StandardInterface.properties, member: "PropertiesChanged",
                              body: [.string(interface), .propertyMap([:]), .stringArray(changed.keys.sorted())]))
         }
+    }
+
+    /// The values of `spec`'s readable properties: a write-only value is never shown
+    /// (`InterfacesAdded` and `GetManagedObjects` answer like `GetAll`).
+    static func readable(_ spec: InterfaceSpec, _ values: [String: DBusValue]) -> [String: DBusValue] {
+        values.filter { name, _ in spec.property(name)?.access != .write }
     }
 
     private func managerRoot(of path: ObjectPath, in t: ObjectRegistry.Table) -> ObjectPath? {
@@ -237,7 +243,7 @@ extension BusConnection {
             let entries = t.objects.keys.filter { $0.isDescendant(of: root, orSelf: false) }.sorted().map { p -> DBusValue.DictEntry in
                 let o = t.objects[p]!
                 let ifaces = DBusValue.dictionary(key: "s", value: "a{sv}", o.order.map { n in
-                    .init(.string(n), .propertyMap(o.values[n] ?? [:]))
+                    .init(.string(n), .propertyMap(Self.readable(o.interfaces[n]!, o.values[n] ?? [:])))
                 })
                 return .init(.objectPath(p), ifaces)
             }

@@ -1,3 +1,4 @@
+internal import CDBus
 import Synchronization
 
 extension BusConnection {
@@ -11,71 +12,157 @@ extension BusConnection {
     /// distinct live subscriptions.
     public func signals(_ rule: MatchRule) async throws -> AsyncStream<BusMessage> {
         // A well-known sender (org.bluez) is matched through its current owner (:1.7):
-        // follow that owner with an internal subscription linked to this one.
+        // follow that owner with an internal subscription linked to this one. It has no
+        // stream (a dropped stream would end it at once); it ends when this one does.
         var linked: UInt64?
         if let name = rule.wellKnownSender {
-            linked = try await subscribe(MatchRule.nameOwnerChanged(name), linked: nil).id
-            let owner = try? await nameOwner(name)
-            state.withLock { s in
-                if s.nameOwners[name] == nil, let owner { s.nameOwners[name] = owner }
+            let id = try await subscribe(MatchRule.nameOwnerChanged(name), continuation: nil, linked: nil)
+            do {
+                try await resolveOwner(name)
+            } catch {
+                unsubscribe(id)
+                throw error
             }
+            linked = id
         }
+        let (stream, continuation) = AsyncStream<BusMessage>.makeStream()
+        let id: UInt64
         do {
-            return try await subscribe(rule, linked: linked).stream
+            id = try await subscribe(rule, continuation: continuation, linked: linked)
         } catch {
             if let linked { unsubscribe(linked) }
             throw error
         }
+        // Dropping the stream, or cancelling the task iterating it, ends the subscription.
+        continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
+        return stream
     }
 
-    private func subscribe(_ rule: MatchRule, linked: UInt64?) async throws -> (id: UInt64, stream: AsyncStream<BusMessage>) {
-        let (stream, continuation) = AsyncStream<BusMessage>.makeStream()
+    /// Registers a subscription and returns its id once its rule is on the bus.
+    ///
+    /// Reference counts change under the state lock, and the `AddMatch` or `RemoveMatch` a
+    /// change calls for is put on the queue while the lock is still held: the bus sees them in
+    /// the order the counts changed (a `RemoveMatch` can never overtake the `AddMatch` of a
+    /// later subscription). A subscription that shares a rule still being added waits for that
+    /// `AddMatch` answer.
+    private func subscribe(_ rule: MatchRule, continuation: AsyncStream<BusMessage>.Continuation?,
+                           linked: UInt64?) async throws -> UInt64 {
         let text = rule.description
-        let (id, first, gone) = state.withLock { s -> (UInt64, Bool, Bool) in
-            if s.disconnected { return (0, false, true) }
-            let id = s.nextSubscriptionID
-            s.nextSubscriptionID += 1
-            s.subscriptions[id] = Subscription(rule: rule, continuation: continuation, linked: linked)
-            let n = s.matchRefs[text, default: 0] + 1
-            s.matchRefs[text] = n
-            return (id, n == 1, false)
-        }
-        if gone { throw BusError(name: BusError.disconnected, message: "not connected to the \(address)") }
-        if first {
-            do {
-                _ = try await call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                   interface: "org.freedesktop.DBus", member: "AddMatch", [.string(text)])
-            } catch {
-                unsubscribe(id, removeRule: false)
-                throw error
+        let add = try Codec.encode(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                               interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(text)]))
+        let encoded = QueuePointer(add)
+        return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<UInt64, Error>) in
+            enum Step { case gone, ready(UInt64), wait, add }
+            let step = state.withLock { s -> Step in
+                if s.disconnected { return .gone }
+                let id = s.nextSubscriptionID
+                s.nextSubscriptionID += 1
+                s.subscriptions[id] = Subscription(rule: rule, continuation: continuation, linked: linked)
+                var r = s.matchRefs[text] ?? BusRule()
+                r.refs += 1
+                defer { s.matchRefs[text] = r }
+                if r.onBus { return .ready(id) }
+                r.waiters.append((id, cont))
+                guard r.refs == 1 else { return .wait }
+                queue.async {
+                    self.startCall(encoded, what: "AddMatch \(text)", timeout: .seconds(25)) { self.addMatchAnswered(text, $0) }
+                }
+                return .add
+            }
+            switch step {
+            case .gone:
+                dbus_message_unref(encoded.pointer)
+                cont.resume(throwing: BusError(name: BusError.disconnected, message: "not connected to the \(address)"))
+            case .ready(let id):
+                dbus_message_unref(encoded.pointer)
+                cont.resume(returning: id)
+            case .wait:
+                dbus_message_unref(encoded.pointer)
+            case .add:
+                break
             }
         }
-        continuation.onTermination = { [weak self] _ in self?.unsubscribe(id) }
-        return (id, stream)
+    }
+
+    /// Records the answer to `AddMatch` for `text` and resumes the subscriptions waiting for it;
+    /// on failure they are removed. On the queue.
+    private func addMatchAnswered(_ text: String, _ result: Result<BusMessage, Error>) {
+        let waiters = state.withLock { s -> [(id: UInt64, continuation: CheckedContinuation<UInt64, Error>)] in
+            // Gone: the connection was lost, and handleDisconnect resumed the waiters.
+            guard var r = s.matchRefs[text] else { return [] }
+            let w = r.waiters
+            r.waiters = []
+            switch result {
+            case .success:
+                r.onBus = true
+                s.matchRefs[text] = r
+            case .failure:
+                // Every user of a rule not yet on the bus is a waiter: none remains.
+                for (id, _) in w { s.subscriptions.removeValue(forKey: id) }
+                s.matchRefs.removeValue(forKey: text)
+            }
+            return w
+        }
+        for (id, c) in waiters { c.resume(with: result.map { _ in id }) }
+    }
+
+    /// Resolves the current owner of `name` for sender matching. Call with the owner-tracking
+    /// subscription for `name` live.
+    private func resolveOwner(_ name: String) async throws {
+        let encoded = QueuePointer(try Codec.encode(.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner", body: [.string(name)])))
+        let tracking = MatchRule.nameOwnerChanged(name).description
+        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<Void, Error>) in
+            queue.async {
+                self.startCall(encoded, what: "GetNameOwner \(name)", timeout: .seconds(25)) { result in
+                    // Recorded here, on the queue, in order with the NameOwnerChanged signals: a
+                    // change that comes after this answer is applied after it, never before.
+                    let owner: String?
+                    switch result {
+                    case .success(let m): owner = m.body.first?.string
+                    case .failure(let e as BusError) where e.name == BusError.nameHasNoOwner: owner = nil
+                    case .failure(let e):
+                        cont.resume(throwing: e)
+                        return
+                    }
+                    self.state.withLock { s in
+                        if s.matchRefs[tracking] != nil { s.nameOwners[name] = owner }
+                    }
+                    cont.resume()
+                }
+            }
+        }
     }
 
     /// Ends subscription `id` (and the owner-tracking subscription linked to it); removes the
     /// bus rule when no other subscription uses it.
-    func unsubscribe(_ id: UInt64, removeRule: Bool = true) {
-        let (removeText, linked) = state.withLock { s -> (String?, UInt64?) in
-            guard let sub = s.subscriptions.removeValue(forKey: id) else { return (nil, nil) }
+    ///
+    /// Never blocks: it runs from `onTermination`, which `Task.cancel()` calls with the task's
+    /// status locked, while the queue may be resuming that very task from `deliverSignal`.
+    func unsubscribe(_ id: UInt64) {
+        let linked = state.withLock { s -> UInt64? in
+            guard let sub = s.subscriptions.removeValue(forKey: id) else { return nil }
             let text = sub.rule.description
-            let n = (s.matchRefs[text] ?? 1) - 1
-            if n > 0 {
-                s.matchRefs[text] = n
-                return (nil, sub.linked)
+            guard var r = s.matchRefs[text] else { return sub.linked }
+            r.refs -= 1
+            if r.refs > 0 || !r.waiters.isEmpty {
+                s.matchRefs[text] = r
+                return sub.linked
             }
             s.matchRefs.removeValue(forKey: text)
-            if sub.rule.member == "NameOwnerChanged", let name = sub.rule.arguments[0] {
+            if let name = sub.rule.arguments[0], sub.rule == MatchRule.nameOwnerChanged(name) {
                 s.nameOwners.removeValue(forKey: name)
             }
-            return (text, sub.linked)
-        }
-        if removeRule, let removeText {
-            var m = BusMessage.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                          interface: "org.freedesktop.DBus", member: "RemoveMatch", body: [.string(removeText)])
-            m.noReplyExpected = true
-            _ = try? send(m)
+            if r.onBus {
+                // Queued under the lock: see subscribe(_:continuation:linked:).
+                var m = BusMessage.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                              interface: "org.freedesktop.DBus", member: "RemoveMatch", body: [.string(text)])
+                m.noReplyExpected = true
+                let remove = m
+                queue.async { _ = try? self.send(remove) }
+            }
+            return sub.linked
         }
         if let linked { unsubscribe(linked) }
     }

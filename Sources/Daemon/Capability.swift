@@ -12,6 +12,8 @@ public struct DaemonContext: Sendable {
     public let stateDirectory: String
     /// The configured default adapter (nil: the first adapter).
     public let defaultAdapter: String?
+    /// Settings of sections (`agent.policy`, …) from the configuration file, as written.
+    public let settings: [String: String]
     let server: ControlServer
 
     /// Registers a control method.
@@ -45,8 +47,8 @@ public struct BusSession: Sendable {
 public protocol DaemonCapability: AnyObject, Sendable {
     /// A short name for logs.
     var name: String { get }
-    /// Registers the capability's control methods.
-    func register(_ context: DaemonContext)
+    /// Registers the capability's control methods; throws a `ConfigError` for a bad setting of its own.
+    func register(_ context: DaemonContext) throws
     /// A bus connection is up (called again after every reconnection).
     func attach(_ session: BusSession) async
     /// The bus connection is gone.

@@ -154,8 +154,9 @@ public struct DaemonConfig: Sendable, Equatable {
 
     /// Section keys (`section.key`) accepted into `extra`. Later modules that need settings of
     /// their own add their keys here (a section is known when one of its keys is listed);
-    /// every other key is an error, so typos never pass silently. Empty in this version.
-    public static let registeredSectionKeys: Set<String> = []
+    /// every other key is an error, so typos never pass silently. Their values are checked by
+    /// the capability that owns them, when the daemon starts.
+    public static let registeredSectionKeys: Set<String> = ["agent.policy", "agent.timeout"]
 
     /// The top-level keys, in the order they are documented.
     public static let knownKeys: [String] = [

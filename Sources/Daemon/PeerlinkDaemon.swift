@@ -54,16 +54,14 @@ public final class PeerlinkDaemon: Sendable {
         notifier = SystemdNotifier(environment: environment)
         capabilities = PeerlinkDaemon.makeCapabilities()
         registerMethods()
-        let context = DaemonContext(logger: logger, stateDirectory: config.stateDirectory, defaultAdapter: config.adapter, server: server)
-        for c in capabilities { c.register(context) }
+        let context = DaemonContext(logger: logger, stateDirectory: config.stateDirectory, defaultAdapter: config.adapter,
+                                    settings: config.extra, server: server)
+        for c in capabilities { try c.register(context) }
     }
 
     /// Every capability the daemon has. A new capability is added here (one line) and lives in its own files.
     static func makeCapabilities() -> [any DaemonCapability] {
-        [
-            GattCapability(),
-            DNSSDCapability(),
-        ]
+        [GattCapability(), AdvertiseCapability(), AgentCapability(), DNSSDCapability()]
     }
 
     /// Clients connected to the control socket now.

@@ -43,8 +43,14 @@ public final class PrivateBus: Sendable {
         </busconfig>
         """
         try config.write(toFile: dir + "/bus.conf", atomically: true, encoding: .utf8)
+        // Close-on-exec: tests run in parallel, and a daemon spawned for another test must not
+        // keep this write end (this read would then never see end-of-file). The child gets its
+        // stdout through dup2, which clears the flag. (pipe2 is not imported; the instant
+        // between pipe and fcntl remains.)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw TestSupportError("pipe failed") }
+        try? setCloseOnExec(fds[0])
+        try? setCloseOnExec(fds[1])
         let child: ChildProcess
         do {
             child = try ChildProcess("/usr/bin/dbus-daemon",
@@ -104,6 +110,9 @@ public func runTool(_ executable: String, _ arguments: [String], environment: [S
             let errFD = open(base + ".err", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             var inFDs: [Int32] = [0, 0]
             _ = pipe(&inFDs)
+            // Not to be kept by children that parallel tests spawn (see PrivateBus.init).
+            try? setCloseOnExec(inFDs[0])
+            try? setCloseOnExec(inFDs[1])
             defer {
                 closeQuietly(outFD); closeQuietly(errFD); closeQuietly(inFDs[0])
                 unlink(base + ".out"); unlink(base + ".err")

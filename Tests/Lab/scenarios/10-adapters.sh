@@ -33,10 +33,8 @@ for want in sys.argv[2:]:
     assert by[want].get("powered") is True, f"{want}: powered={by[want].get('powered')!r}, want true"
 PY
 
-# status: BlueZ available, and the daemon's (default) adapter.  Accepted
-# shapes: "bluez": true | {"available": true, ...}, or "bluezAvailable": true;
-# the adapter under "adapter" or "defaultAdapter", as a name ("hci0") or an
-# object with "name" (or "id") and/or "address".
+# status: BlueZ available, and the daemon's default adapter (docs/control-protocol.md:
+# "bluez": {"available": bool}, "default_adapter": "hciN", "adapters": [...]).
 check_status() {
     local name=$1 hci=$2 addr=$3
     pl "$name" --json status >"$LAB_OUT/status-$name.json" || fail "pl $name --json status exited $?"
@@ -46,15 +44,11 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 hci, addr = sys.argv[2], sys.argv[3]
 assert isinstance(d, dict), f"expected an object, got {d!r}"
-b = d.get("bluez", d.get("bluezAvailable"))
-avail = b.get("available") if isinstance(b, dict) else b
-assert avail is True, f"BlueZ not reported available: bluez={b!r}"
-a = d.get("adapter", d.get("defaultAdapter"))
-if isinstance(a, dict):
-    ids = {str(a.get(k, "")) for k in ("name", "id", "address")}
-else:
-    ids = {str(a)}
-assert hci in ids or addr in ids, f"default adapter {a!r}, want {hci} ({addr})"
+assert d["bluez"]["available"] is True, f"BlueZ not reported available: {d['bluez']!r}"
+assert d["bus"]["connected"] is True, f"bus not connected: {d['bus']!r}"
+assert d["default_adapter"] == hci, f"default adapter {d['default_adapter']!r}, want {hci}"
+defaults = [a for a in d["adapters"] if a["default"]]
+assert [a["address"] for a in defaults] == [addr], f"adapters marked default: {defaults!r}, want {addr}"
 PY
 }
 note "status: BlueZ available; default adapter hci0 for a, hci1 for b"
@@ -63,7 +57,7 @@ check_status b hci1 $HCI1
 
 note "power off/on hci0 while watching adapter events"
 watch_adapter() {
-    pl a --json watch --topic adapter --count 2 --timeout 20 >"$LAB_OUT/watch.jsonl"
+    pl a --json watch --topic adapter.powered --count 2 --timeout 20 >"$LAB_OUT/watch.jsonl"
 }
 spawn watch watch_adapter
 watch_pid=$SPAWN_PID
@@ -83,31 +77,20 @@ wait_for 25 sh -c "! kill -0 $watch_pid" || fail "watch --count 2 --timeout 20 s
 wait "$watch_pid"; rc=$?
 cat "$LAB_OUT/watch.jsonl"
 assert_eq "$rc" 0 "watch exit status (stderr: $(cat "$(log_of watch)"))"
-# Each line one JSON event; an event is matched by its values wherever they
-# sit: some string value "adapter.powered", a boolean "powered", and the
-# adapter's address as some value.
-py_check "watch --topic adapter events" "$LAB_OUT/watch.jsonl" $HCI0 <<'PY'
+# Each line is one event's params: {"topic", "time", "data": {"adapter": Adapter, "powered"}}.
+py_check "watch --topic adapter.powered events" "$LAB_OUT/watch.jsonl" $HCI0 <<'PY'
 import json, sys
 addr = sys.argv[2]
-def walk(x, key=None):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from walk(v, k)
-    elif isinstance(x, list):
-        for v in x:
-            yield from walk(v, key)
-    else:
-        yield key, x
 seen = []
-for n, line in enumerate(open(sys.argv[1]), 1):
+for line in open(sys.argv[1]):
     if not line.strip():
         continue
     ev = json.loads(line)
-    pairs = list(walk(ev))
-    values = [v for _, v in pairs]
-    powered = [v for k, v in pairs if k == "powered" and isinstance(v, bool)]
-    if "adapter.powered" in values and addr in values and powered:
-        seen.append(powered[0])
+    assert ev["topic"] == "adapter.powered", f"unexpected topic in {ev!r}"
+    assert ev["time"].endswith("Z"), f"time not UTC: {ev['time']!r}"
+    assert ev["data"]["adapter"]["address"] == addr, f"event for another adapter: {ev!r}"
+    assert ev["data"]["adapter"]["powered"] == ev["data"]["powered"], f"inconsistent event {ev!r}"
+    seen.append(ev["data"]["powered"])
 assert seen == [False, True], f"adapter.powered events for {addr}: powered={seen}, want [False, True]"
 PY
 

@@ -1,0 +1,212 @@
+import BLE
+import DBus
+import Foundation
+import Logging
+import Synchronization
+
+/// How the built-in pairing agent answers.
+public enum AgentPolicy: Sendable, Hashable, CustomStringConvertible {
+    /// Accept every pairing and authorization without asking (Just Works).
+    case justWorks
+    /// Ask a control client (an event), refuse when nobody answers in time.
+    case confirm
+    /// Use this six-digit passkey; a displayed passkey must match it.
+    case passkey(UInt32)
+    /// Refuse everything.
+    case reject
+
+    /// Parses `just-works`, `confirm`, `passkey NNNNNN` (or `passkey:NNNNNN`), `reject`.
+    public init?(_ text: String) {
+        let t = text.trimmingCharacters(in: .whitespaces).lowercased()
+        switch t {
+        case "just-works", "justworks": self = .justWorks
+        case "confirm": self = .confirm
+        case "reject": self = .reject
+        default:
+            let parts = t.split(whereSeparator: { $0 == " " || $0 == ":" || $0 == "=" })
+            guard parts.count == 2, parts[0] == "passkey", parts[1].count == 6, let n = UInt32(parts[1]) else { return nil }
+            self = .passkey(n)
+        }
+    }
+
+    /// The BlueZ IO capability the agent registers with.
+    var capability: String {
+        switch self {
+        case .justWorks, .reject: "NoInputNoOutput"
+        case .confirm: "DisplayYesNo"
+        case .passkey: "KeyboardDisplay"
+        }
+    }
+
+    /// `just-works`, `confirm`, `passkey 123456`, `reject`.
+    public var description: String {
+        switch self {
+        case .justWorks: "just-works"
+        case .confirm: "confirm"
+        case .passkey(let n): "passkey " + String(format: "%06u", n)
+        case .reject: "reject"
+        }
+    }
+}
+
+/// A question the agent asks a control client.
+public struct AgentRequest: Sendable {
+    /// The request id to answer with.
+    public let id: String
+    /// `confirm` (passkey comparison), `authorize` (pairing), `authorize-service`.
+    public let kind: String
+    /// The central asking.
+    public let device: BluetoothAddress?
+    /// The passkey to compare, for `confirm`.
+    public let passkey: UInt32?
+    /// The service UUID, for `authorize-service`.
+    public let service: String?
+}
+
+/// The built-in pairing agent (org.bluez.Agent1), registered as the default agent so a
+/// headless board can pair by policy; registered again when bluetoothd returns.
+public final class PairingAgent: Sendable {
+    /// The agent's object path.
+    public static let path: ObjectPath = "/org/peerlink/agent"
+    private let state = Mutex<(policy: AgentPolicy, pending: [String: CheckedContinuation<Bool, Never>], next: Int)>((.justWorks, [:], 1))
+    private let connection = Mutex<BusConnection?>(nil)
+    private let logger: Logger
+    private let timeout: Duration
+    private let onRequest: @Sendable (AgentRequest) -> Void
+    private let onEvent: @Sendable (String, [String: String]) -> Void
+
+    /// Creates an agent with a policy; `onRequest` publishes questions (policy `confirm`),
+    /// `onEvent` reports what happened (`agent.paired-request`, `agent.display`, …).
+    public init(policy: AgentPolicy, timeout: Duration = .seconds(30), logger: Logger,
+                onRequest: @escaping @Sendable (AgentRequest) -> Void, onEvent: @escaping @Sendable (String, [String: String]) -> Void) {
+        state.withLock { $0.policy = policy }
+        self.timeout = timeout
+        self.logger = logger
+        self.onRequest = onRequest
+        self.onEvent = onEvent
+    }
+
+    /// The policy now.
+    public var policy: AgentPolicy { state.withLock { $0.policy } }
+
+    /// Changes the policy and registers again with the capability it needs.
+    public func setPolicy(_ p: AgentPolicy) async throws {
+        state.withLock { $0.policy = p }
+        if let c = connection.withLock({ $0 }) { try await register(on: c) }
+    }
+
+    /// Answers a pending request; false when there is no such request (it may have timed out).
+    public func answer(_ id: String, accept: Bool) -> Bool {
+        guard let c = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return false }
+        c.resume(returning: accept)
+        return true
+    }
+
+    /// Exports the agent on a connection and registers it whenever bluetoothd is there.
+    public func attach(_ c: BusConnection, bluez: BlueZClient) async {
+        connection.withLock { $0 = c }
+        try? c.export(Self.path, interfaces: [interface], values: [:])
+        bluez.addListener { [weak self] e in
+            if case .available = e, let self { Task { try? await self.register(on: c) } }
+        }
+    }
+
+    /// The connection is gone.
+    public func detach() { connection.withLock { $0 = nil } }
+
+    /// RegisterAgent + RequestDefaultAgent (after UnregisterAgent, to change the capability).
+    func register(on c: BusConnection) async throws {
+        let p = policy
+        _ = try? await c.call(destination: BlueZNames.service, path: "/org/bluez", interface: "org.bluez.AgentManager1",
+                              member: "UnregisterAgent", [.objectPath(Self.path)], timeout: .seconds(5))
+        _ = try await c.call(destination: BlueZNames.service, path: "/org/bluez", interface: "org.bluez.AgentManager1",
+                             member: "RegisterAgent", [.objectPath(Self.path), .string(p.capability)], timeout: .seconds(5))
+        _ = try await c.call(destination: BlueZNames.service, path: "/org/bluez", interface: "org.bluez.AgentManager1",
+                             member: "RequestDefaultAgent", [.objectPath(Self.path)], timeout: .seconds(5))
+        logger.info("pairing agent registered", ["agent.policy": p.description, "agent.capability": p.capability])
+    }
+
+    private static let rejected = BusError(name: "org.bluez.Error.Rejected", message: "rejected by policy")
+
+    private func device(_ v: DBusValue) -> BluetoothAddress? {
+        v.objectPath.flatMap { BluetoothAddress(bluezPathElement: $0.lastElement) }
+    }
+
+    /// Asks a control client (policy `confirm`); false on timeout.
+    private func ask(_ kind: String, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil) async -> Bool {
+        let id = state.withLock { s -> String in
+            defer { s.next += 1 }
+            return "p\(s.next)"
+        }
+        let timeout = self.timeout
+        return await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            state.withLock { $0.pending[id] = c }
+            onRequest(AgentRequest(id: id, kind: kind, device: device, passkey: passkey, service: service))
+            Task {
+                try? await Task.sleep(for: timeout)
+                if self.answer(id, accept: false) {
+                    self.logger.notice("pairing request unanswered; refused", ["agent.request": id])
+                }
+            }
+        }
+    }
+
+    /// Decides a yes/no question by policy.
+    private func decide(_ kind: String, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil, reply: MethodReply) {
+        onEvent("agent.\(kind)", ["device": device?.description ?? "", "passkey": passkey.map { String(format: "%06u", $0) } ?? ""])
+        switch policy {
+        case .justWorks: reply.succeed()
+        case .reject: reply.fail(Self.rejected)
+        case .passkey(let n):
+            if let passkey, passkey != n { reply.fail(Self.rejected) } else { reply.succeed() }
+        case .confirm:
+            Task {
+                if await ask(kind, device, passkey: passkey, service: service) { reply.succeed() } else { reply.fail(Self.rejected) }
+            }
+        }
+    }
+
+    private var interface: InterfaceSpec {
+        InterfaceSpec("org.bluez.Agent1", methods: [
+            MethodSpec("Release") { [self] _, reply in
+                logger.notice("bluetoothd released the pairing agent")
+                reply.succeed()
+            },
+            MethodSpec("RequestPinCode", inputs: [("device", "o")], outputs: [("pincode", "s")]) { [self] call, reply in
+                // Legacy (BR/EDR) PIN pairing: only a fixed passkey can answer it.
+                if case .passkey(let n) = policy { reply.succeed([.string(String(format: "%06u", n))]) } else { reply.fail(Self.rejected) }
+                _ = call
+            },
+            MethodSpec("DisplayPinCode", inputs: [("device", "o"), ("pincode", "s")]) { [self] call, reply in
+                onEvent("agent.display", ["device": device(call.arguments[0])?.description ?? "", "pincode": call.arguments[1].string ?? ""])
+                reply.succeed()
+            },
+            MethodSpec("RequestPasskey", inputs: [("device", "o")], outputs: [("passkey", "u")]) { [self] _, reply in
+                if case .passkey(let n) = policy { reply.succeed([.uint32(n)]) } else { reply.fail(Self.rejected) }
+            },
+            MethodSpec("DisplayPasskey", inputs: [("device", "o"), ("passkey", "u"), ("entered", "q")]) { [self] call, reply in
+                onEvent("agent.display", ["device": device(call.arguments[0])?.description ?? "",
+                                          "passkey": String(format: "%06u", UInt32(call.arguments[1].integer ?? 0))])
+                reply.succeed()
+            },
+            MethodSpec("RequestConfirmation", inputs: [("device", "o"), ("passkey", "u")]) { [self] call, reply in
+                decide("confirm", device(call.arguments[0]), passkey: UInt32(call.arguments[1].integer ?? 0), reply: reply)
+            },
+            MethodSpec("RequestAuthorization", inputs: [("device", "o")]) { [self] call, reply in
+                decide("authorize", device(call.arguments[0]), reply: reply)
+            },
+            MethodSpec("AuthorizeService", inputs: [("device", "o"), ("uuid", "s")]) { [self] call, reply in
+                decide("authorize-service", device(call.arguments[0]), service: call.arguments[1].string, reply: reply)
+            },
+            MethodSpec("Cancel") { [self] _, reply in
+                let pending = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
+                    defer { s.pending.removeAll() }
+                    return Array(s.pending.values)
+                }
+                for p in pending { p.resume(returning: false) }
+                onEvent("agent.canceled", [:])
+                reply.succeed()
+            },
+        ])
+    }
+}
