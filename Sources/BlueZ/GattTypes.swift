@@ -83,8 +83,9 @@ public enum GattServerEvent: Sendable {
     case registrationFailed(application: String, adapter: BluetoothAddress?, reason: String)
     /// A central read a value.
     case read(application: String, uuid: BluetoothUUID, device: BluetoothAddress?, offset: Int)
-    /// A central wrote a value (`type`: request, command or reliable); `value` is the whole stored value after the write.
-    case wrote(application: String, uuid: BluetoothUUID, device: BluetoothAddress?, data: [UInt8], offset: Int, type: String, value: [UInt8])
+    /// A central wrote a value (`type`: request, command or reliable, nil when bluetoothd does
+    /// not say: 5.66 does not); `value` is the whole stored value after the write.
+    case wrote(application: String, uuid: BluetoothUUID, device: BluetoothAddress?, data: [UInt8], offset: Int, type: String?, value: [UInt8])
     /// A central subscribed (`via`: fd or dbus). The device is nil when BlueZ does not say (StartNotify).
     case subscribed(application: String, uuid: BluetoothUUID, device: BluetoothAddress?, mtu: Int?, via: String)
     /// A subscription ended.

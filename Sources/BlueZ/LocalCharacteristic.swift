@@ -170,12 +170,8 @@ public final class LocalCharacteristic: Sendable {
                 acquireNotify(call.arguments[0], reply)
             })
         }
-        if definition.flags.contains(.writeWithoutResponse) {
-            properties.append(PropertySpec("WriteAcquired", "b"))
-            methods.append(MethodSpec("AcquireWrite", inputs: [("options", "a{sv}")], outputs: [("fd", "h"), ("mtu", "q")]) { [self] call, reply in
-                acquireWrite(call.arguments[0], reply)
-            })
-        }
+        // No AcquireWrite: once a write socket exists, bluetoothd 5.66 sends every write
+        // through it (requests too), and each write's type and device would be lost.
         return InterfaceSpec("org.bluez.GattCharacteristic1", methods: methods, properties: properties)
     }
 
@@ -185,7 +181,6 @@ public final class LocalCharacteristic: Sendable {
             "Flags": .stringArray(definition.flags.map(\.rawValue)), "Value": .bytes(value), "Notifying": .boolean(false),
         ]
         if interface.properties.contains(where: { $0.name == "NotifyAcquired" }) { v["NotifyAcquired"] = .boolean(false) }
-        if interface.properties.contains(where: { $0.name == "WriteAcquired" }) { v["WriteAcquired"] = .boolean(false) }
         return v
     }
 
@@ -218,7 +213,7 @@ public final class LocalCharacteristic: Sendable {
             // A prepared write asks for authorisation only; the data comes with the execute.
             return reply.succeed()
         }
-        let type = o.type ?? "request"
+        let type = o.type
         let result = state.withLock { s -> Result<[UInt8], GattError> in
             guard o.offset <= s.value.count else { return .failure(.invalidOffset) }
             guard o.offset + data.count <= definition.maxLength else { return .failure(.invalidValueLength) }
@@ -258,27 +253,5 @@ public final class LocalCharacteristic: Sendable {
         for r in replaced { r.close() }
         reply.succeed([.unixFD(theirs), .uint16(UInt16(clamping: mtu))])
         onEvent(.subscribed(application: application, uuid: uuid, device: o.device, mtu: mtu, via: "fd"))
-    }
-
-    private func acquireWrite(_ opts: DBusValue, _ reply: MethodReply) {
-        let o = Self.options(opts)
-        let mtu = o.mtu ?? 23
-        var fds: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "socketpair failed"))
-        }
-        let theirs = UnixFD(taking: fds[1])
-        WriteSession.start(fd: fds[0], mtu: mtu) { [weak self] data in
-            guard let self else { return }
-            let v = state.withLock { s -> [UInt8]? in
-                guard data.count <= definition.maxLength else { return nil }
-                s.value = data
-                return s.value
-            }
-            if let v {
-                onEvent(.wrote(application: application, uuid: uuid, device: o.device, data: data, offset: 0, type: "command", value: v))
-            }
-        }
-        reply.succeed([.unixFD(theirs), .uint16(UInt16(clamping: mtu))])
     }
 }

@@ -100,28 +100,3 @@ final class NotifySession: Sendable {
         if first { readSource.cancel() }
     }
 }
-
-/// The socket handed to bluetoothd by `AcquireWrite`: each packet it writes is the value of
-/// one write-without-response from a central. Runs until bluetoothd closes its end.
-enum WriteSession {
-    static func start(fd: Int32, mtu: Int, onWrite: @escaping @Sendable ([UInt8]) -> Void) {
-        let queue = DispatchQueue(label: "peerlink.write.\(fd)", target: .global(qos: .userInitiated))
-        let src = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        src.setEventHandler {
-            var buf = [UInt8](repeating: 0, count: max(mtu, 517))
-            // Edge-triggered: read until empty; one packet is one write.
-            while true {
-                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if n > 0 {
-                    onWrite(Array(buf[0..<n]))
-                    continue
-                }
-                if n == 0 || (errno != EAGAIN && errno != EINTR) { src.cancel() }
-                return
-            }
-        }
-        // An active source is kept alive by Dispatch until it is cancelled.
-        src.setCancelHandler { closeQuietly(fd) }
-        src.activate()
-    }
-}

@@ -10,6 +10,9 @@ public enum CommandTable {
     /// The abstracts of command groups, by path.
     public static let groups: [[String]: String] = [
         ["adapter"]: "Inspect and control Bluetooth adapters.",
+        ["gatt"]: "Serve GATT applications (the peripheral role).",
+        ["advertise"]: "Advertise over LE.",
+        ["agent"]: "The built-in pairing agent.",
         ["dnssd"]: DNSSDCommands.groupAbstract,
     ]
 
@@ -19,6 +22,16 @@ public enum CommandTable {
         AdapterCommands.list,
         AdapterCommands.power,
         WatchCommand.watch,
+        PeripheralCommands.register,
+        PeripheralCommands.unregister,
+        PeripheralCommands.list,
+        PeripheralCommands.set,
+        PeripheralCommands.notify,
+        PeripheralCommands.advertiseStart,
+        PeripheralCommands.advertiseStop,
+        PeripheralCommands.advertiseList,
+        PeripheralCommands.agentPolicy,
+        PeripheralCommands.agentConfirm,
         DNSSDCommands.publish,
         DNSSDCommands.unpublish,
         DNSSDCommands.update,

@@ -196,7 +196,7 @@ final class GattCapability: DaemonCapability {
         case .wrote(let app, let uuid, let d, let data, let offset, let type, let value):
             ctx.publish(topic: "gatt.write", data: Self.valueJSON(data, extra: [
                 "app": .string(app), "uuid": .string(uuid.uuidString), "device": dev(d), "offset": .int(Int64(offset)),
-                "type": .string(type), "stored_hex": .string(Self.hex(value)),
+                "type": type.map { .string($0) } ?? .null, "stored_hex": .string(Self.hex(value)),
             ]))
         case .subscribed(let app, let uuid, let d, let mtu, let via):
             ctx.publish(topic: "gatt.subscribed", data: ["app": .string(app), "uuid": .string(uuid.uuidString), "device": dev(d),

@@ -1,0 +1,173 @@
+#!/usr/bin/python3 -u
+"""An independent BLE central for lab tests (python3-dbus + GLib, talks only to bluetoothd).
+
+    central.py --adapter hciN (--address AA:.. | --service UUID | --name NAME)
+               [--char UUID] [--read] [--write TEXT] [--write-command TEXT]
+               [--subscribe N] [--ready-file F] [--timeout S]
+
+Finds the peripheral (LE discovery with a filter, restarted every 2 s), connects, waits
+for ServicesResolved, then on characteristic --char: reads (READ <hex> <text>), writes
+with response (WROTE request) and without (WROTE command), subscribes with StartNotify
+and prints every value change (NOTIFY <i> <hex> <text>) until N arrived. Prints
+FOUND <address> <name> first and MTU <n> when known. Exit 0 when everything asked for
+happened, 1 otherwise (reason on stderr).
+"""
+import argparse
+import sys
+import time
+
+import dbus
+import dbus.mainloop.glib
+from gi.repository import GLib
+
+BLUEZ = "org.bluez"
+OM = "org.freedesktop.DBus.ObjectManager"
+PROPS = "org.freedesktop.DBus.Properties"
+
+
+def full(u):
+    u = u.lower()
+    return f"0000{u}-0000-1000-8000-00805f9b34fb" if len(u) == 4 else u
+
+
+def text(b):
+    try:
+        return bytes(b).decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adapter", required=True)
+    ap.add_argument("--address")
+    ap.add_argument("--service")
+    ap.add_argument("--name")
+    ap.add_argument("--char")
+    ap.add_argument("--read", action="store_true")
+    ap.add_argument("--write")
+    ap.add_argument("--write-command")
+    ap.add_argument("--subscribe", type=int, default=0)
+    ap.add_argument("--ready-file")
+    ap.add_argument("--timeout", type=float, default=60)
+    a = ap.parse_args()
+    dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+    bus = dbus.SystemBus()
+    om = dbus.Interface(bus.get_object(BLUEZ, "/"), OM)
+    apath = f"/org/bluez/{a.adapter}"
+    adapter = dbus.Interface(bus.get_object(BLUEZ, apath), "org.bluez.Adapter1")
+    deadline = time.time() + a.timeout
+
+    def fail(why):
+        print(f"central: {why}", file=sys.stderr)
+        sys.exit(1)
+
+    def find():
+        for path, ifaces in om.GetManagedObjects().items():
+            d = ifaces.get("org.bluez.Device1")
+            if not d or not path.startswith(apath + "/") or "RSSI" not in d and not d.get("Connected"):
+                continue
+            if a.address and str(d.get("Address", "")).upper() != a.address.upper():
+                continue
+            if a.service and full(a.service) not in [str(u).lower() for u in d.get("UUIDs", [])]:
+                continue
+            if a.name and str(d.get("Name", d.get("Alias", ""))) != a.name:
+                continue
+            return path, d
+        return None
+
+    filt = {"Transport": "le", "DuplicateData": True}
+    if a.service:
+        filt["UUIDs"] = [full(a.service)]
+    adapter.SetDiscoveryFilter(filt)
+    found = None
+    while not found and time.time() < deadline:
+        try:
+            adapter.StartDiscovery()
+        except dbus.exceptions.DBusException:
+            pass
+        until = time.time() + 2
+        while time.time() < until and not found:
+            found = find()
+            time.sleep(0.1)
+        try:
+            adapter.StopDiscovery()
+        except dbus.exceptions.DBusException:
+            pass
+    if not found:
+        fail("peripheral not found")
+    dpath, d = found
+    print(f"FOUND {d.get('Address')} {d.get('Name', d.get('Alias', ''))}")
+    dev = dbus.Interface(bus.get_object(BLUEZ, dpath), "org.bluez.Device1")
+    dprops = dbus.Interface(bus.get_object(BLUEZ, dpath), PROPS)
+    for attempt in range(5):
+        try:
+            dev.Connect(timeout=20)
+            break
+        except dbus.exceptions.DBusException as e:
+            if attempt == 4 or time.time() > deadline:
+                fail(f"connect failed: {e.get_dbus_name()}: {e}")
+            time.sleep(1)
+    while not dprops.Get("org.bluez.Device1", "ServicesResolved"):
+        if time.time() > deadline:
+            fail("services not resolved")
+        time.sleep(0.1)
+    print("CONNECTED")
+    if not a.char:
+        dev.Disconnect()
+        return
+    # The objects can appear a moment after ServicesResolved (bluez #191): wait for them.
+    cpath = None
+    while not cpath and time.time() < deadline:
+        for path, ifaces in om.GetManagedObjects().items():
+            c = ifaces.get("org.bluez.GattCharacteristic1")
+            if c and path.startswith(dpath + "/") and str(c["UUID"]).lower() == full(a.char):
+                cpath = path
+        if not cpath:
+            time.sleep(0.1)
+    if not cpath:
+        fail(f"characteristic {a.char} not found")
+    chrc = dbus.Interface(bus.get_object(BLUEZ, cpath), "org.bluez.GattCharacteristic1")
+    cprops = dbus.Interface(bus.get_object(BLUEZ, cpath), PROPS)
+    try:
+        print(f"MTU {int(cprops.Get('org.bluez.GattCharacteristic1', 'MTU'))}")
+    except dbus.exceptions.DBusException:
+        pass
+    if a.read:
+        v = chrc.ReadValue({})
+        print(f"READ {bytes(v).hex()} {text(v)}")
+    if a.write is not None:
+        chrc.WriteValue(dbus.Array(a.write.encode(), signature="y"), {"type": "request"})
+        print("WROTE request")
+    if a.write_command is not None:
+        chrc.WriteValue(dbus.Array(a.write_command.encode(), signature="y"), {"type": "command"})
+        print("WROTE command")
+    if a.subscribe:
+        got = []
+        loop = GLib.MainLoop()
+
+        def changed(iface, changed, invalidated):
+            if "Value" in changed:
+                got.append(bytes(changed["Value"]))
+                print(f"NOTIFY {len(got)} {got[-1].hex()} {text(got[-1])}")
+                if len(got) >= a.subscribe:
+                    loop.quit()
+
+        bus.add_signal_receiver(changed, "PropertiesChanged", PROPS, BLUEZ, cpath)
+        chrc.StartNotify()
+        print("SUBSCRIBED")
+        if a.ready_file:
+            open(a.ready_file, "w").write("subscribed\n")
+        GLib.timeout_add(int(max(1, deadline - time.time()) * 1000), loop.quit)
+        loop.run()
+        try:
+            chrc.StopNotify()
+        except dbus.exceptions.DBusException:
+            pass
+        if len(got) < a.subscribe:
+            fail(f"got {len(got)} of {a.subscribe} notifications")
+    dev.Disconnect()
+    print("DONE")
+
+
+main()

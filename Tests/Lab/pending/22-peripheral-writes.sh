@@ -1,0 +1,39 @@
+#!/bin/bash
+# timeout: 200
+# PENDING (not run by make check): writes from an independent central. In some lab runs the
+# central's write request succeeds but peerlinkd's WriteValue is never called (the stored value
+# and the events stay unchanged); in others it works. Until the cause is found this lives here:
+#     Tests/Lab/run.sh Tests/Lab/pending/22-peripheral-writes.sh
+. "$LAB_DIR/lib.sh"
+require_peerlink
+SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
+WCHR=6A3E4B29-522D-4B3B-82A9-D5E2004534FC
+central() { "$PY3" -u "$LAB_DIR/central.py" "$@"; }
+start_peerlinkd p hci0
+cat >"$LAB_OUT/app.json" <<JSON
+{"name": "lab", "services": [{"uuid": "$SVC", "characteristics": [
+  {"uuid": "$WCHR", "flags": ["read", "write", "write-without-response"], "value": "initial", "max_length": 64}]}]}
+JSON
+spawn events pl p --json watch --topic gatt
+sleep 1
+expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
+expect_rc 0 pl p advertise start --name writes --service $SVC
+note "writes: with response and without, seen as events naming the device, stored in order"
+# bluetoothd 5.66 does not tell a local characteristic the write type (newer versions do): the
+# event's type is then null, never a guess.
+expect_rc 0 central --adapter hci1 --service $SVC --char $WCHR --write "hello" --write-command "world" --timeout 60
+run pl p --json gatt list
+wait_log 10 events '"value":"world"' || fail "no event for the second write: $(cat "$(log_of events)")"
+stored_world() { pl p --json gatt list | grep -q '"value":"world"'; }
+wait_for 5 stored_world || fail "the last write is not stored: $(pl p --json gatt list)"
+py_check "write events" "$(log_of events)" <<'PY'
+import json, sys
+w = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+w = [e["data"] for e in w if e["topic"] == "gatt.write"]
+assert [e["value"] for e in w] == ["hello", "world"], w
+assert [e["type"] for e in w] in ([None, None], ["request", "command"]), w
+assert all(e["device"] == "00:AA:01:01:00:01" for e in w), w
+assert w[-1]["stored_hex"] == "776f726c64", w
+PY
+
+note "writes ok"
