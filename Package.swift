@@ -15,6 +15,8 @@ let package = Package(
         // C bindings: only their one adapter module imports them.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1",
                        providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(name: "CAvahi", pkgConfig: "avahi-client",
+                       providers: [.apt(["libavahi-client-dev"])]),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),
@@ -29,10 +31,12 @@ let package = Package(
 
         // The only importer of CDBus.
         .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),
+        // The only importer of CAvahi: DNS-SD over Avahi's poll API.
+        .target(name: "DNSSD", dependencies: ["CAvahi", "SystemKit", "Logging"]),
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
-        .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments"]),
+        .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments", "DNSSD"]),
         // CLI: argument parsing, commands, output.
         .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments"]),
 
@@ -49,6 +53,7 @@ let package = Package(
         .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
+        .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
     ],
     swiftLanguageModes: [.v6]
 )

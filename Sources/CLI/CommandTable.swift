@@ -13,6 +13,7 @@ public enum CommandTable {
         ["gatt"]: "Serve GATT applications (the peripheral role).",
         ["advertise"]: "Advertise over LE.",
         ["agent"]: "The built-in pairing agent.",
+        ["dnssd"]: DNSSDCommands.groupAbstract,
     ]
 
     /// The leaf commands, in the order help lists them.
@@ -31,6 +32,13 @@ public enum CommandTable {
         PeripheralCommands.advertiseList,
         PeripheralCommands.agentPolicy,
         PeripheralCommands.agentConfirm,
+        DNSSDCommands.publish,
+        DNSSDCommands.unpublish,
+        DNSSDCommands.update,
+        DNSSDCommands.list,
+        DNSSDCommands.browse,
+        DNSSDCommands.resolve,
+        DNSSDCommands.types,
     ]
 
     /// The options every command accepts (before or after the command name).

@@ -30,6 +30,15 @@ public enum RPCErrorCode {
     /// The operation is not valid in the current state.
     public static let invalidState = -32008
 
+    /// avahi-daemon is not running or not reachable (DNS-SD requests fail at once).
+    public static let dnssdUnavailable = -32010
+    /// No DNS-SD publication or browse with that ID.
+    public static let dnssdNotFound = -32011
+    /// Avahi refused a DNS-SD operation.
+    public static let dnssdFailed = -32012
+    /// A service could not be resolved.
+    public static let dnssdNotResolved = -32013
+
     /// A short name for a known code ("adapter not found"), or nil.
     public static func name(of code: Int) -> String? {
         switch code {
@@ -47,6 +56,10 @@ public enum RPCErrorCode {
         case busy: return "busy"
         case notSupported: return "not supported"
         case invalidState: return "invalid state"
+        case dnssdUnavailable: return "DNS-SD unavailable"
+        case dnssdNotFound: return "DNS-SD ID not found"
+        case dnssdFailed: return "Avahi error"
+        case dnssdNotResolved: return "not resolved"
         default: return nil
         }
     }

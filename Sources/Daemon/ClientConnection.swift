@@ -45,6 +45,8 @@ final class ClientConnection: Sendable {
         var partialTimer: DispatchSourceTimer?
         /// Event topic filters; nil when the client has not subscribed.
         var topics: [String]?
+        /// Run once when the connection closes (resources owned by the connection).
+        var closeHandlers: [@Sendable () -> Void] = []
     }
 
     private init(id: UInt64, fd: Int32, limits: ControlServerOptions, logger: Logger,
@@ -255,18 +257,30 @@ final class ClientConnection: Sendable {
 
     // MARK: Closing
 
+    /// Runs `handler` when the connection closes (at once if it is closed already).
+    func addCloseHandler(_ handler: @escaping @Sendable () -> Void) {
+        let closed = state.withLock { s -> Bool in
+            if !s.closed { s.closeHandlers.append(handler) }
+            return s.closed
+        }
+        if closed { handler() }
+    }
+
     /// Closes the connection now (from any thread).
     func close() {
         queue.async { [self] in
-            let closing = state.withLock { s -> (armed: Bool, activated: Bool, timer: DispatchSourceTimer?)? in
+            let closing = state.withLock { s -> (armed: Bool, activated: Bool, timer: DispatchSourceTimer?, handlers: [@Sendable () -> Void])? in
                 if s.closed { return nil }
                 s.closed = true
                 s.outbox = []
                 let t = s.partialTimer
                 s.partialTimer = nil
-                return (s.writeArmed, s.writeActivated, t)
+                let h = s.closeHandlers
+                s.closeHandlers = []
+                return (s.writeArmed, s.writeActivated, t, h)
             }
             guard let closing else { return }
+            for h in closing.handlers { h() }
             closing.timer?.cancel()
             lines.finish()
             // Cancel both sources; a suspended or never-activated source must be resumed or

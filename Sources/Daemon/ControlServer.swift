@@ -38,6 +38,9 @@ public struct RequestContext: Sendable {
 
     /// The topics this client receives events for.
     public var eventTopics: [String]? { client.topics }
+
+    /// Runs `handler` when this client's connection closes (for resources it owns).
+    public func onConnectionClose(_ handler: @escaping @Sendable () -> Void) { client.addCloseHandler(handler) }
 }
 
 /// A JSON-RPC method: named parameters in, a result out, or an `RPCError`.

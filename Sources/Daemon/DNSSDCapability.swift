@@ -1,0 +1,215 @@
+import Control
+import DNSSD
+import Foundation
+import Logging
+import Synchronization
+
+/// DNS-SD (Bonjour's NSNetService and more) through avahi-daemon: the `dnssd.*` methods.
+///
+/// Publications belong to the daemon (they stay until unpublished) unless the caller asks
+/// for `"owner": "connection"`; browses always belong to the connection that started them,
+/// and their results go to that connection only. The Avahi client talks to avahi-daemon on
+/// the system bus by itself (not through the daemon's bus session), so `attach`/`detach`
+/// have nothing to do; it follows avahi-daemon's restarts on its own.
+final class DNSSDCapability: DaemonCapability {
+    let name = "dnssd"
+    private let state = Mutex(State())
+
+    private struct State {
+        var client: DNSSDClient?
+        var context: DaemonContext?
+        /// Publications owned by a connection: publication ID → client ID.
+        var publicationOwners: [String: UInt64] = [:]
+        /// Browses: browse ID → the connection that receives their events.
+        var browseOwners: [String: ClientConnection] = [:]
+    }
+
+    init() {}
+
+    func register(_ context: DaemonContext) {
+        let names = NameStore(path: (context.stateDirectory as NSString).appendingPathComponent("dnssd-names.json"))
+        let client = DNSSDClient(logger: context.logger.child("dnssd"), names: names) { [weak self] event in
+            self?.deliver(event)
+        }
+        state.withLock {
+            $0.client = client
+            $0.context = context
+        }
+        context.register(ControlMethod.dnssdPublish) { [unowned self] p, ctx throws(RPCError) in try await publish(p, ctx) }
+        context.register(ControlMethod.dnssdUnpublish) { [unowned self] p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["id"])
+            let id = try p.string("id")
+            let info = try await Self.rpc { () throws(DNSSDError) in try await client.unpublish(id) }
+            return json(info)
+        }
+        context.register(ControlMethod.dnssdUpdate) { [unowned self] p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["id", "txt"])
+            let id = try p.string("id")
+            guard p["txt"] != nil else { throw RPCError.invalidParams("txt", "required") }
+            let txt = try Self.txt(p)
+            let info = try await Self.rpc { () throws(DNSSDError) in try await client.updateTXT(id, txt) }
+            return json(info)
+        }
+        context.register(ControlMethod.dnssdList) { [unowned self] p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            let list = await client.publicationList()
+            var avahi: [String: JSONValue] = ["available": .bool(client.isAvailable)]
+            if !client.isAvailable { avahi["reason"] = .string(client.unavailableReason) }
+            return ["avahi": .object(avahi), "publications": .array(list.map { json($0) })]
+        }
+        context.register(ControlMethod.dnssdBrowse) { [unowned self] p, ctx throws(RPCError) in try await browse(p, ctx) }
+        context.register(ControlMethod.dnssdBrowseStop) { [unowned self] p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["browse_id"])
+            let id = try p.string("browse_id")
+            try await Self.rpc { () throws(DNSSDError) in try await client.stopBrowse(id) }
+            _ = state.withLock { $0.browseOwners.removeValue(forKey: id) }
+            return ["browse_id": .string(id), "stopped": true]
+        }
+        context.register(ControlMethod.dnssdResolve) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["name", "type", "domain", "interface", "timeout", "all_addresses"])
+            let (nameText, typeText, domainText) = (try p.string("name"), try p.string("type"), try p.optionalString("domain"))
+            let name = try Self.check { () throws(DNSSDError) in try DNSSDValidation.instanceName(nameText) }
+            let type = try Self.check { () throws(DNSSDError) in try ServiceType(typeText) }
+            let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+            let iface = try Self.interface(p)
+            let timeout = try p.optionalDouble("timeout", in: 0.1...120) ?? 5
+            let all = try p.optionalBool("all_addresses") ?? false
+            let r = try await Self.rpc { () throws(DNSSDError) in
+                try await client.resolve(name: name, type: type.description, domain: domain, interfaceIndex: iface?.index,
+                                         timeout: timeout, allAddresses: all)
+            }
+            return DNSSDJSON.resolved(r)
+        }
+        context.register(ControlMethod.dnssdTypes) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["domain", "interface", "timeout"])
+            let domainText = try p.optionalString("domain")
+            let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+            let iface = try Self.interface(p)
+            let timeout = try p.optionalDouble("timeout", in: 0.1...120) ?? 3
+            let types = try await Self.rpc { () throws(DNSSDError) in
+                try await client.serviceTypes(domain: domain, interfaceIndex: iface?.index, timeout: timeout)
+            }
+            return ["types": .array(types.map { t in
+                ["type": .string(t.type), "domain": .string(t.domain), "interfaces": .array(t.interfaces.map { .string($0) })]
+            })]
+        }
+        client.start()
+    }
+
+    func attach(_ session: BusSession) async {}
+    func detach() async {}
+
+    func shutdown() async {
+        guard let client = state.withLock({ $0.client }) else { return }
+        await client.stop()
+    }
+
+    // MARK: Methods
+
+    private func publish(_ p: RPCParams, _ ctx: RequestContext) async throws(RPCError) -> JSONValue {
+        try p.rejectUnknown(allowed: ["name", "type", "port", "txt", "subtypes", "domain", "interface", "owner", "wait"])
+        // Every check before anything reaches Avahi: a bad request publishes nothing.
+        let (nameText, typeText, portNumber) = (try p.string("name"), try p.string("type"), try p.int("port"))
+        let name = try Self.check { () throws(DNSSDError) in try DNSSDValidation.instanceName(nameText) }
+        let type = try Self.check { () throws(DNSSDError) in try ServiceType(typeText) }
+        let port = try Self.check { () throws(DNSSDError) in try DNSSDValidation.port(portNumber) }
+        let txt = try Self.txt(p)
+        let subtypeTexts = try p.optionalStringArray("subtypes") ?? []
+        guard subtypeTexts.count <= 16 else { throw RPCError.invalidParams("subtypes", "at most 16 subtypes") }
+        var subtypes: [String] = []
+        for s in subtypeTexts { subtypes.append(try Self.check { () throws(DNSSDError) in try DNSSDValidation.subtype(s, of: type) }) }
+        let domainText = try p.optionalString("domain")
+        let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+        let iface = try Self.interface(p)
+        let owner = try p.optionalString("owner") ?? "daemon"
+        guard owner == "daemon" || owner == "connection" else {
+            throw RPCError.invalidParams("owner", "expected \"daemon\" or \"connection\", got \"\(owner)\"")
+        }
+        let wait = try p.optionalDouble("wait", in: 0...60) ?? 5
+        guard let client = state.withLock({ $0.client }) else { throw RPCError.internalError("DNS-SD is not set up") }
+        let spec = ServiceSpec(name: name, type: type, port: port, txt: txt, subtypes: subtypes, domain: domain,
+                               interface: iface?.name, interfaceIndex: iface?.index)
+        let info = try await Self.rpc { () throws(DNSSDError) in try await client.publish(spec, wait: wait) }
+        if owner == "connection" {
+            state.withLock { $0.publicationOwners[info.id] = ctx.clientID }
+            ctx.onConnectionClose { [weak self] in
+                guard let self else { return }
+                Task { _ = try? await client.unpublish(info.id) }
+                _ = self.state.withLock { $0.publicationOwners.removeValue(forKey: info.id) }
+            }
+        }
+        return json(info)
+    }
+
+    private func browse(_ p: RPCParams, _ ctx: RequestContext) async throws(RPCError) -> JSONValue {
+        try p.rejectUnknown(allowed: ["type", "domain", "interface", "resolve"])
+        let (typeText, domainText) = (try p.string("type"), try p.optionalString("domain"))
+        let type = try Self.check { () throws(DNSSDError) in try Self.browseType(typeText) }
+        let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+        let iface = try Self.interface(p)
+        let resolve = try p.optionalBool("resolve") ?? false
+        guard let client = state.withLock({ $0.client }) else { throw RPCError.internalError("DNS-SD is not set up") }
+        let spec = BrowseSpec(type: type, domain: domain, interfaceIndex: iface?.index, resolve: resolve)
+        // Register the owner before the browser exists: Avahi may report from its cache at once.
+        let id = try await Self.rpc { () throws(DNSSDError) in
+            try await client.browse(spec) { [weak self] id in
+                self?.state.withLock { $0.browseOwners[id] = ctx.client }
+            }
+        }
+        ctx.onConnectionClose { [weak self] in
+            guard let self else { return }
+            Task { try? await client.stopBrowse(id) }
+            _ = self.state.withLock { $0.browseOwners.removeValue(forKey: id) }
+        }
+        return ["browse_id": .string(id), "type": .string(type), "resolve": .bool(resolve)]
+    }
+
+    // MARK: Events
+
+    private func deliver(_ event: DNSSDEvent) {
+        let context = state.withLock { $0.context }
+        func publish(_ topic: String, _ data: JSONValue) { context?.publish(topic: topic, data: data) }
+        func toOwner(_ id: String, _ topic: String, _ data: [String: JSONValue]) {
+            guard let c = state.withLock({ $0.browseOwners[id] }) else { return }
+            var d = data
+            d["browse_id"] = .string(id)
+            c.send(ControlEvent.notification(topic: topic, time: Date(), data: .object(d)).encodedLine())
+        }
+        switch event {
+        case .avahiAvailable(let version):
+            publish(ControlEvent.dnssdAvahiAvailable, ["version": version.map { .string($0) } ?? .null])
+        case .avahiUnavailable(let reason):
+            publish(ControlEvent.dnssdAvahiUnavailable, ["reason": .string(reason)])
+        case .published(let info, let again):
+            publish(ControlEvent.dnssdPublished, ["service": json(info), "again": .bool(again)])
+        case .renamed(let info, let from):
+            publish(ControlEvent.dnssdRenamed, ["service": json(info), "from": .string(from), "to": .string(info.name)])
+        case .publishFailed(let info, let error):
+            publish("dnssd.publish-failed", ["service": json(info), "error": .string(error)])
+        case .unpublished(let info):
+            publish("dnssd.unpublished", ["service": json(info)])
+        case .found(let id, let s):
+            toOwner(id, ControlEvent.dnssdFound, ["service": DNSSDJSON.found(s)])
+        case .removed(let id, let s):
+            toOwner(id, ControlEvent.dnssdRemoved, ["service": DNSSDJSON.found(s)])
+        case .resolved(let id, let r):
+            toOwner(id, ControlEvent.dnssdResolved, ["service": DNSSDJSON.resolved(r)])
+        case .resolveFailed(let id, let s, let error):
+            toOwner(id, "dnssd.resolve-failed", ["service": DNSSDJSON.found(s), "error": .string(error)])
+        case .allForNow(let id):
+            toOwner(id, "dnssd.all-for-now", [:])
+        case .browseFailed(let id, let error):
+            toOwner(id, "dnssd.browse-failed", ["error": .string(error)])
+            _ = state.withLock { $0.browseOwners.removeValue(forKey: id) }
+        case .browseInterrupted(let id):
+            toOwner(id, "dnssd.browse-interrupted", ["reason": "avahi-daemon went away"])
+        case .browseResumed(let id):
+            toOwner(id, "dnssd.browse-resumed", [:])
+        }
+    }
+
+    private func json(_ info: PublicationInfo) -> JSONValue {
+        let owned = state.withLock { $0.publicationOwners[info.id] != nil }
+        return DNSSDJSON.publication(info, owner: owned ? "connection" : "daemon")
+    }
+}
