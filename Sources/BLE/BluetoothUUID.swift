@@ -56,8 +56,8 @@ public struct BluetoothUUID: Sendable, Hashable, Comparable, CustomStringConvert
             out.reserveCapacity(u.count / 2)
             var i = 0
             while i < u.count {
-                guard let hi = Self.nibble(u[i]), let lo = Self.nibble(u[i + 1]) else {
-                    throw ParseError(text: text, reason: "'\(Character(Unicode.Scalar(u[Self.nibble(u[i]) == nil ? i : i + 1])))' is not a hex digit")
+                guard let hi = hexNibble(u[i]), let lo = hexNibble(u[i + 1]) else {
+                    throw ParseError(text: text, reason: "'\(Character(Unicode.Scalar(u[hexNibble(u[i]) == nil ? i : i + 1])))' is not a hex digit")
                 }
                 out.append(hi << 4 | lo)
                 i += 2
@@ -81,15 +81,6 @@ public struct BluetoothUUID: Sendable, Hashable, Comparable, CustomStringConvert
             throw ParseError(text: text, reason: "empty")
         default:
             throw ParseError(text: text, reason: "expected 4 hex digits (16-bit), 8 (32-bit) or a 128-bit UUID with dashes, got \(t.count) characters")
-        }
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 0x30...0x39: c - 0x30
-        case 0x41...0x46: c - 0x41 + 10
-        case 0x61...0x66: c - 0x61 + 10
-        default: nil
         }
     }
 

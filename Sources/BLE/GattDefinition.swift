@@ -286,7 +286,8 @@ public func parseHex(_ text: String) -> [UInt8]? {
     return out
 }
 
-private func hexNibble(_ c: UInt8) -> UInt8? {
+/// The value of one ASCII hex digit, or nil.
+func hexNibble(_ c: UInt8) -> UInt8? {
     switch c {
     case 0x30...0x39: c - 0x30
     case 0x41...0x46: c - 0x41 + 10
