@@ -28,6 +28,15 @@ receiver() {
     RX_PID=$SPAWN_PID
 }
 
+# cpu_mark: CPU ticks (utime+stime, 1/100 s) of bluetoothd, btvirt and the sender so far;
+# cpu_note NAME SENDER_PID: how much each used since cpu_mark (where the time goes).
+_ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cpu_mark() { CPU0=("$(_ticks "$(_lab_pid bluetoothd)")" "$(_ticks "$(_lab_pid btvirt)")" "$(_ticks "$1")"); }
+cpu_note() {
+    note "$1: CPU time during the run: bluetoothd $(( $(_ticks "$(_lab_pid bluetoothd)") - CPU0[0] ))0 ms," \
+        "btvirt $(( $(_ticks "$(_lab_pid btvirt)") - CPU0[1] ))0 ms, sender $(( $(_ticks "$2") - CPU0[2] ))0 ms"
+}
+
 # subscribed NAME: the receiver has its AcquireNotify fd (0), or it exited or 100 s passed (1).
 _ready_or_gone() { [ -e "$LAB_OUT/$1.ready" ] || _gone "$RX_PID"; }
 subscribed() {
@@ -63,8 +72,11 @@ cat >"$LAB_OUT/app.json" <<JSON
 JSON
 expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
 RSS_MAX=0
-for size in 510 20; do
-    name=ours_$size
+# ours_510 and ours_20 send one request a line; ours_510_batch16 (for comparison) sends
+# JSON-RPC batches of 16 requests a line.
+for run_ in 510:1 20:1 510:16; do
+    size=${run_%:*}; batch=${run_#*:}
+    name=ours_$size; [ "$batch" = 1 ] || name=ours_${size}_batch$batch
     note "$name: $COUNT notifications of $size bytes through peerlinkd"
     receiver "$name" $SVC_OURS "$size"
     expect_rc 0 pl p advertise start --name plbench --service $SVC_OURS
@@ -78,13 +90,15 @@ for size in 510 20; do
     fi
     wait_for 10 bash -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket p)' --json gatt list | grep -q '\"subscribers\":[1-9]'" \
         || fail "$name: the daemon has no subscriber"
+    cpu_mark "$PID"
     run timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
-        --char $CHR --count "$COUNT" --size "$size" --window 64 --pid "$PID"
+        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --pid "$PID"
     [ "$RUN_RC" = 0 ] || fail "$name: the control client failed (rc $RUN_RC): $RUN_OUT"
     rss=$(sed -n 's/.*rss_max_kb=\([0-9]*\).*/\1/p' <<<"$RUN_OUT")
     [ -n "$rss" ] && [ "$rss" -gt 0 ] || fail "$name: no RSS sample of pid $PID: $RUN_OUT"
     [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
     collect "$name"
+    cpu_note "$name" "$PID"
     expect_rc 0 pl p advertise stop
 done
 hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status")
@@ -108,8 +122,10 @@ baseline() {
         subscribed "$name" || fail "$name: central not subscribed: $(tail -n 5 "$(log_of "rx-$name")"; tail -n 5 "$(log_of "tx-$name")")"
     fi
     wait_log 20 "tx-$name" SUBSCRIBED || fail "$name: the peripheral saw no subscription: $(tail -n 5 "$(log_of "tx-$name")")"
+    cpu_mark "$(pgrep -P "$tx" | head -n 1)"     # the python under spawn's subshell
     touch "$LAB_OUT/$name.go"
     collect "$name"
+    cpu_note "$name" "$(pgrep -P "$tx" | head -n 1)"
     note "$name: peripheral: $(grep '^SENT' "$(log_of "tx-$name")")"
     _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
 }

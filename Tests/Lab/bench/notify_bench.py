@@ -26,9 +26,9 @@
                 end of a SOCK_SEQPACKET pair and each packet written is one notification.
         Prints SENT n=N seconds=T, then keeps running until killed.
 
-    notify_bench.py client --socket PATH --char UUID --count N --size S [--window W] [--pid PID]
+    notify_bench.py client --socket PATH --char UUID --count N --size S [--window W] [--batch B] [--pid PID]
         Ours: a control client that pipelines `gatt.notify` requests (value_base64) to
-        peerlinkd, at most W unanswered at once, reads the replies as they come and stops at
+        peerlinkd, at most W unanswered at once (with B > 1: JSON-RPC batches of B a line), reads the replies as they come and stops at
         the first error reply.  Samples VmRSS of PID (the daemon) every 0.1 s.  Prints
             CLIENT sent=N ok=K seconds=T rate=R rss_max_kb=X hwm_kb=Y
         Exit 0 when every request was answered without error, 1 otherwise.
@@ -387,11 +387,18 @@ def peripheral(a):
 def client(a):
     import base64
 
-    lines = []
+    reqs = []
     for i in range(a.count):
         v = base64.b64encode(payload(i, a.size)).decode()
-        lines.append(('{"jsonrpc":"2.0","id":%d,"method":"gatt.notify","params":{"uuid":"%s","value_base64":"%s"}}\n'
-                      % (i + 1, a.char, v)).encode())
+        reqs.append('{"jsonrpc":"2.0","id":%d,"method":"gatt.notify","params":{"uuid":"%s","value_base64":"%s"}}'
+                    % (i + 1, a.char, v))
+    # --batch 1: one request a line; --batch N: JSON-RPC batches (arrays) of N requests a line.
+    if a.batch <= 1:
+        lines = [(r + "\n").encode() for r in reqs]
+        sizes = [1] * len(lines)
+    else:
+        lines = [("[" + ",".join(reqs[i:i + a.batch]) + "]\n").encode() for i in range(0, len(reqs), a.batch)]
+        sizes = [len(reqs[i:i + a.batch]) for i in range(0, len(reqs), a.batch)]
 
     def rss():
         if not a.pid:
@@ -408,15 +415,16 @@ def client(a):
     s.settimeout(a.timeout)
     rss_max, _ = rss()
     t_sample = 0.0
-    sent = ok = 0
+    sent = ok = nline = 0
     error = None
     buf = b""
     t0 = time.monotonic()
     try:
         while ok < a.count and error is None:
-            while sent < a.count and sent - ok < a.window:
-                s.sendall(lines[sent])
-                sent += 1
+            while nline < len(lines) and sent - ok < a.window:
+                s.sendall(lines[nline])
+                sent += sizes[nline]
+                nline += 1
             data = s.recv(262144)
             if not data:
                 error = "the daemon closed the connection"
@@ -427,9 +435,9 @@ def client(a):
                 if not r.strip():
                     continue
                 if b'"error"' in r:
-                    error = r.decode(errors="replace")
+                    error = r.decode(errors="replace")[:400]
                     break
-                ok += 1
+                ok += r.count(b'"result"') if a.batch > 1 else 1
             now = time.monotonic()
             if now - t_sample >= 0.1:
                 t_sample = now
@@ -473,6 +481,7 @@ def main():
     k.add_argument("--count", type=int, required=True)
     k.add_argument("--size", type=int, required=True)
     k.add_argument("--window", type=int, default=64)
+    k.add_argument("--batch", type=int, default=1)
     k.add_argument("--pid", type=int, default=0)
     k.add_argument("--timeout", type=float, default=30)
     a = ap.parse_args()
