@@ -9,13 +9,14 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
 
-.PHONY: build release deps deps-lab unit lab check demo install uninstall clean help
+.PHONY: build release deps deps-lab unit lab check demo bench install uninstall clean help
 
 help:
 	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
 	@echo "make demo     the whole system in the virtual lab (two daemons, two controllers)"
 	@echo "make unit     unit tests only (no VM)"
 	@echo "make lab      lab tests only (boots the VM; LAB=scenario-name to run one)"
+	@echo "make bench    benchmarks in the lab (release build): ours against the baselines, as ratios"
 	@echo "make build    debug build;  make release: optimised build"
 	@echo "make install  install binaries, systemd unit, udev rules, example config (as root)"
 
@@ -46,6 +47,15 @@ check: deps-lab
 
 demo: deps-lab build
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh --demo
+
+# Release binaries, one lab boot for every Tests/Lab/bench/*.sh, then the results side by side.
+# Exit status: the lab's (a benchmark fails only when it could not measure something).
+bench: deps-lab
+	$(SWIFT) build -c release
+	@results=.build/lab/bench-$$(date +%Y%m%d-%H%M%S); \
+	PEERLINK_BIN=$$($(SWIFT) build -c release --show-bin-path) LAB_RESULTS_DIR=$$results \
+	  Tests/Lab/run.sh Tests/Lab/bench/*.sh; rc=$$?; \
+	/usr/bin/python3 Tests/Lab/bench/summary.py $$results || rc=1; exit $$rc
 
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink

@@ -90,7 +90,10 @@ demo)
     ;;
 *)
     for s in $LAB_SCENARIOS; do
-        run_one "$LAB_DIR/scenarios/$s.sh"
+        case $s in
+            /*) run_one "$s" ;;     # a script outside scenarios/ (run.sh made the path absolute)
+            *) run_one "$LAB_DIR/scenarios/$s.sh" ;;
+        esac
     done
     ;;
 esac

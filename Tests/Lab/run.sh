@@ -5,7 +5,8 @@
 #   Tests/Lab/run.sh [--demo] [SCENARIO...]
 #
 # SCENARIO: a file in Tests/Lab/scenarios, by name (10-adapters), file name
-# (10-adapters.sh) or path; default: all of them, in sorted order.
+# (10-adapters.sh) or path, or the path of a script elsewhere (Tests/Lab/bench/30-notify.sh);
+# default: all of Tests/Lab/scenarios, in sorted order.
 # --demo: run Tests/Lab/demo.sh instead, output shown live.
 #
 # Environment:
@@ -86,6 +87,8 @@ if [ "$mode" = scenarios ]; then
         for n in "${names[@]}"; do
             b=$(basename "$n" .sh)
             if [ -f "$LAB_DIR/scenarios/$b.sh" ]; then scenarios+=("$b"); continue; fi
+            # A path to a script elsewhere (Tests/Lab/bench/*.sh): passed on as an absolute path.
+            case $n in */*) [ -f "$n" ] && { scenarios+=("$(cd "$(dirname "$n")" && pwd -P)/${n##*/}"); continue; } ;; esac
             m=$(cd "$LAB_DIR/scenarios" && ls -1 -- [0-9]*-"$b".sh 2>/dev/null)
             [ "$(printf '%s\n' "$m" | grep -c .)" = 1 ] || cannot_run "no single scenario matches '$n' in $LAB_DIR/scenarios"
             scenarios+=("${m%.sh}")
@@ -162,6 +165,7 @@ fi
 expected=("${scenarios[@]}")
 [ "$mode" = demo ] && expected=(demo)
 for s in "${expected[@]}"; do
+    s=$(basename "$s" .sh)
     [ -n "${seen[$s]:-}" ] && continue
     [ -n "${seen[lab-setup]:-}" ] && { failed=$((failed + 1)); echo "FAIL $s: not run (the lab did not come up)"; continue; }
     failed=$((failed + 1)); echo "FAIL $s: no result (guest crashed or timed out before it finished)"

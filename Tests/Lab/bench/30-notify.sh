@@ -1,0 +1,147 @@
+#!/bin/bash
+# timeout: 600
+# Notification throughput, peripheral on hci0 -> central on hci1, all in one guest run and
+# with the same receiver every time (notify_bench.py central: python3-dbus, AcquireNotify
+# on the remote characteristic, counts packets and bytes from the first to the last):
+#   ours_510 / ours_20   a control client pipelining gatt.notify (64 in flight) to peerlinkd
+#   fd_baseline_510      Python peripheral writing to the AcquireNotify fd (NotifyAcquired)
+#   dbus_baseline_20     Python peripheral emitting PropertiesChanged on Value (bluezero way)
+# Plus the daemon's RSS while it notifies.  No timing assertions: exit 0 when everything was
+# measured, non-zero when something could not be.  BENCH_COUNT notifications a run (3000).
+. "$LAB_DIR/lib.sh"
+require_peerlink
+
+COUNT=${BENCH_COUNT:-3000}
+CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
+SVC_OURS=C4FB2349-72FE-4CA2-94D6-1F3CB16331E0
+SVC_FD=C4FB2349-72FE-4CA2-94D6-1F3CB16331E1
+SVC_DBUS=C4FB2349-72FE-4CA2-94D6-1F3CB16331E2
+bench() { py3 "$LAB_DIR/bench/notify_bench.py" "$@"; }
+declare -A RATE=() BPS=()
+_gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# receiver NAME SVC SIZE: start the central on hci1 (scanner first, then the advertiser).
+receiver() {
+    rm -f "$LAB_OUT/$1.ready"
+    spawn "rx-$1" bench central --adapter hci1 --service "$2" --char $CHR --count "$COUNT" --size "$3" \
+        --ready-file "$LAB_OUT/$1.ready" --find-timeout 90 --run-timeout 40
+    RX_PID=$SPAWN_PID
+}
+
+# cpu_mark: CPU ticks (utime+stime, 1/100 s) of bluetoothd, btvirt and the sender so far;
+# cpu_note NAME SENDER_PID: how much each used since cpu_mark (where the time goes).
+_ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cpu_mark() { CPU0=("$(_ticks "$(_lab_pid bluetoothd)")" "$(_ticks "$(_lab_pid btvirt)")" "$(_ticks "$1")"); }
+cpu_note() {
+    note "$1: CPU time during the run: bluetoothd $(( $(_ticks "$(_lab_pid bluetoothd)") - CPU0[0] ))0 ms," \
+        "btvirt $(( $(_ticks "$(_lab_pid btvirt)") - CPU0[1] ))0 ms, sender $(( $(_ticks "$2") - CPU0[2] ))0 ms"
+}
+
+# subscribed NAME: the receiver has its AcquireNotify fd (0), or it exited or 100 s passed (1).
+_ready_or_gone() { [ -e "$LAB_OUT/$1.ready" ] || _gone "$RX_PID"; }
+subscribed() {
+    wait_for 100 _ready_or_gone "$1"
+    [ -e "$LAB_OUT/$1.ready" ]
+}
+
+# collect NAME: wait for the receiver's RESULT, keep rate and bytes_per_s, print the bench line.
+collect() {
+    wait_log 60 "rx-$1" RESULT || fail "$1: no result from the receiver: $(tail -n 5 "$(log_of "rx-$1")")"
+    local line; line=$(grep '^RESULT' "$(log_of "rx-$1")")
+    note "$1: $line"
+    RATE[$1]=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$line")
+    BPS[$1]=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
+    local received; received=$(sed -n 's/.*received=\([0-9]*\).*/\1/p' <<<"$line")
+    [ -n "${RATE[$1]}" ] && [ -n "${BPS[$1]}" ] && [ "${received:-0}" -ge 2 ] || fail "$1: nothing measured: $line"
+    [ "$received" = "$COUNT" ] || note "$1: $received of $COUNT notifications arrived (the receiver's socket holds few packets: bluetoothd drops when it is full)"
+    printf 'bench notify.%s rate=%.0f bytes_per_s=%s\n' "$1" "${RATE[$1]}" "${BPS[$1]}"
+    printf 'bench notify.%s.delivered=%s/%s\n' "$1" "$received" "$COUNT"
+    # it disconnects and forgets the device before exiting
+    wait_for 30 _gone "$RX_PID" || { note "$1: receiver still running: stopping it"; _lab_stop_pid "$RX_PID"; }
+}
+
+# ---- ours: peerlinkd on hci0, fed by a pipelining control client -----------------------------
+start_peerlinkd p hci0
+expect_rc 0 pl p --json status
+PID=$(printf '%s' "$RUN_OUT" | "$PY3" -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["pid"])') \
+    || fail "no pid in: $RUN_OUT"
+assert_eq "$PID" "${PEERLINKD_PID[p]}" "daemon.status pid"
+cat >"$LAB_OUT/app.json" <<JSON
+{"name": "bench", "services": [{"uuid": "$SVC_OURS", "characteristics": [
+  {"uuid": "$CHR", "flags": ["read", "notify"], "value": "bench"}]}]}
+JSON
+expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
+RSS_MAX=0
+# ours_510 and ours_20 send one request a line; ours_510_batch16 (for comparison) sends
+# JSON-RPC batches of 16 requests a line.
+for run_ in 510:1 20:1 510:16; do
+    size=${run_%:*}; batch=${run_#*:}
+    name=ours_$size; [ "$batch" = 1 ] || name=ours_${size}_batch$batch
+    note "$name: $COUNT notifications of $size bytes through peerlinkd"
+    receiver "$name" $SVC_OURS "$size"
+    expect_rc 0 pl p advertise start --name plbench --service $SVC_OURS
+    if ! subscribed "$name"; then
+        note "$name: the central did not subscribe ($(tail -n 1 "$(log_of "rx-$name")")): once more"
+        _lab_stop_pid "$RX_PID"; mv "$(log_of "rx-$name")" "$LAB_OUT/rx-$name.try1.log"
+        expect_rc 0 pl p advertise stop
+        receiver "$name" $SVC_OURS "$size"
+        expect_rc 0 pl p advertise start --name plbench --service $SVC_OURS
+        subscribed "$name" || fail "$name: central not subscribed: $(tail -n 5 "$(log_of "rx-$name")")"
+    fi
+    wait_for 10 bash -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket p)' --json gatt list | grep -q '\"subscribers\":[1-9]'" \
+        || fail "$name: the daemon has no subscriber"
+    cpu_mark "$PID"
+    run timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
+        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --pid "$PID"
+    [ "$RUN_RC" = 0 ] || fail "$name: the control client failed (rc $RUN_RC): $RUN_OUT"
+    rss=$(sed -n 's/.*rss_max_kb=\([0-9]*\).*/\1/p' <<<"$RUN_OUT")
+    [ -n "$rss" ] && [ "$rss" -gt 0 ] || fail "$name: no RSS sample of pid $PID: $RUN_OUT"
+    [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
+    collect "$name"
+    cpu_note "$name" "$PID"
+    expect_rc 0 pl p advertise stop
+done
+hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status")
+note "daemon pid $PID: VmRSS max sampled ${RSS_MAX} kB, VmHWM ${hwm:-?} kB"
+stop_peerlinkd p || note "peerlinkd exited with status $?"
+
+# ---- the baselines: Python peripherals on hci0 -------------------------------------------------
+# baseline NAME MODE SVC SIZE
+baseline() {
+    local name=$1 mode=$2 svc=$3 size=$4
+    note "$name: $COUNT notifications of $size bytes from a Python peripheral ($mode)"
+    rm -f "$LAB_OUT/$name.go"
+    receiver "$name" "$svc" "$size"
+    spawn "tx-$name" bench peripheral --adapter hci0 --mode "$mode" --service "$svc" --char $CHR \
+        --count "$COUNT" --size "$size" --go-file "$LAB_OUT/$name.go"
+    local tx=$SPAWN_PID
+    if ! subscribed "$name"; then
+        note "$name: the central did not subscribe ($(tail -n 1 "$(log_of "rx-$name")")): once more"
+        _lab_stop_pid "$RX_PID"; mv "$(log_of "rx-$name")" "$LAB_OUT/rx-$name.try1.log"
+        receiver "$name" "$svc" "$size"
+        subscribed "$name" || fail "$name: central not subscribed: $(tail -n 5 "$(log_of "rx-$name")"; tail -n 5 "$(log_of "tx-$name")")"
+    fi
+    wait_log 20 "tx-$name" SUBSCRIBED || fail "$name: the peripheral saw no subscription: $(tail -n 5 "$(log_of "tx-$name")")"
+    cpu_mark "$(pgrep -P "$tx" | head -n 1)"     # the python under spawn's subshell
+    touch "$LAB_OUT/$name.go"
+    collect "$name"
+    cpu_note "$name" "$(pgrep -P "$tx" | head -n 1)"
+    note "$name: peripheral: $(grep '^SENT' "$(log_of "tx-$name")")"
+    _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
+}
+baseline fd_baseline_510 fd $SVC_FD 510
+baseline dbus_baseline_20 dbus $SVC_DBUS 20
+
+# ---- side by side ------------------------------------------------------------------------------
+"$PY3" - "${BPS[ours_510]}" "${BPS[fd_baseline_510]}" "${BPS[dbus_baseline_20]}" \
+    "${RATE[ours_20]}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" <<'PY' || fail "ratios"
+import sys
+ours, fd, dbus, ours20, dbus20, rss = map(float, sys.argv[1:])
+print(f"bench notify.ratio_vs_fd_bytes={ours / fd:.2f}")
+# Payload bytes per second: ours at 510 bytes against the D-Bus path at 20 (what each way delivers).
+print(f"bench notify.ratio_vs_dbus_rate={ours / dbus:.1f}")
+# The same 20-byte payload on both: notifications per second.
+print(f"bench notify.ratio_vs_dbus_rate_20={ours20 / dbus20:.2f}")
+print(f"bench notify.daemon_rss_mb={rss / 1024:.1f}")
+PY
+note "notify bench done"
