@@ -153,10 +153,27 @@ require_peerlink() {
 pl_socket() { echo "/run/peerlink-$1/control.sock"; }
 pl_state_dir() { echo "/var/lib/peerlink-$1"; }
 
-# pl NAME ARGS...: the CLI against daemon NAME's socket (bounded by PL_TIMEOUT).
+# pl NAME ARGS...: the CLI against daemon NAME's socket (bounded by PL_TIMEOUT, 60 s: a
+# `watch` meant to run through the scenario must use pl_watch).  Says so on stderr when it
+# had to stop the CLI (exit 124).
 pl() {
     local name=$1; shift
     timeout --foreground -k 5 "$PL_TIMEOUT" "$PEERLINK_BIN/peerlink" --socket "$(pl_socket "$name")" "$@"
+    local rc=$?
+    [ "$rc" != 124 ] || echo "pl: 'peerlink $*' stopped after PL_TIMEOUT=${PL_TIMEOUT} s" >&2
+    return "$rc"
+}
+
+# pl_watch NAME ARGS...: like pl, for a CLI that runs as long as the scenario (a spawned
+# `watch` recording events): bounded by PL_WATCH_TIMEOUT (900 s) instead of PL_TIMEOUT; a
+# `--timeout` given to watch still applies.  Under `pl`, a recorder started early was
+# killed after 60 s without a word, which looked like events no longer reaching it.
+pl_watch() {
+    local name=$1; shift
+    timeout --foreground -k 5 "${PL_WATCH_TIMEOUT:-900}" "$PEERLINK_BIN/peerlink" --socket "$(pl_socket "$name")" "$@"
+    local rc=$?
+    [ "$rc" != 124 ] || echo "pl_watch: 'peerlink $*' stopped after PL_WATCH_TIMEOUT=${PL_WATCH_TIMEOUT:-900} s" >&2
+    return "$rc"
 }
 
 declare -A PEERLINKD_PID=()

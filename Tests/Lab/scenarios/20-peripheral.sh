@@ -2,9 +2,9 @@
 # timeout: 300
 # The peripheral role against independent centrals (Tests/Lab/central.py: python3-dbus
 # talking to bluetoothd, not our code): the reference flow of FIELD.md section 1
-# (CBPeripheralManager), writes of both kinds, two centrals subscribed at once, and the
-# errors a caller must see (value longer than MTU-3, per-device notify on BlueZ < 5.69).
-# Two centrals at once and writes from a central: see Tests/Lab/pending/ (not yet reliable in the lab).
+# (CBPeripheralManager), the events a control client sees, and the errors a caller must
+# see (value longer than MTU-3, per-device notify on BlueZ < 5.69). Writes: 22-peripheral-writes;
+# two centrals at once: Tests/Lab/pending/21-two-centrals.sh (the emulated lab fails it).
 . "$LAB_DIR/lib.sh"
 require_peerlink
 
@@ -23,7 +23,7 @@ cat >"$LAB_OUT/app.json" <<JSON
 JSON
 
 note "events of the peripheral, recorded from the start"
-spawn events pl p --json watch --topic gatt
+spawn events pl_watch p --json watch --topic gatt
 sleep 1
 
 note "register the application and advertise name + 128-bit service UUID"
@@ -60,8 +60,17 @@ for i, t in enumerate(texts, 1):
     assert t.startswith(name + " --") and t.endswith(f".{i}"), (i, t)
     assert len(t.encode()) > 20, "the value must be longer than 20 bytes (MTU > 23)"
 PY
-# (The gatt.subscribed event with device and MTU is checked in Tests/Lab/pending: in some lab
-# runs events stop reaching the watcher after the first central disconnects.)
+note "the subscription was an event naming the device and its MTU"
+wait_log 10 events '"gatt.subscribed"' || fail "no gatt.subscribed event: $(cat "$(log_of events)")"
+py_check "gatt.subscribed event" "$(log_of events)" "$CHR" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+s = [e["data"] for e in ev if e["topic"] == "gatt.subscribed"]
+assert len(s) == 1, s
+s = s[0]
+assert s["uuid"] == sys.argv[2].lower() and s["device"] == "00:AA:01:01:00:01" and s["via"] == "fd", s
+assert isinstance(s["mtu"], int) and s["mtu"] > 23, s
+PY
 
 note "a value longer than one notification is an error, not a cut"
 rm -f "$LAB_OUT/ready1"

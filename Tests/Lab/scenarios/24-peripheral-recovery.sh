@@ -18,7 +18,7 @@ expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
 expect_rc 0 central --adapter hci1 --service $SVC --char $CHR --read --timeout 60
 assert_contains "$RUN_OUT" "READ " "read before the restart"
 
-spawn events pl p --json watch --topic gatt.reregistered --topic advertise.restarted --topic bluez --count 4 --timeout 90
+spawn events pl_watch p --json watch --topic gatt.reregistered --topic advertise.restarted --topic bluez --count 4 --timeout 90
 sleep 1
 note "kill bluetoothd"
 lab_stop_bluetoothd || fail "bluetoothd did not stop"

@@ -1,9 +1,10 @@
 #!/bin/bash
 # timeout: 200
-# PENDING (not run by make check): writes from an independent central. In some lab runs the
-# central's write request succeeds but peerlinkd's WriteValue is never called (the stored value
-# and the events stay unchanged); in others it works. Until the cause is found this lives here:
-#     Tests/Lab/run.sh Tests/Lab/pending/22-peripheral-writes.sh
+# Writes from an independent central (Tests/Lab/central.py): a write request and a write
+# command reach peerlinkd's WriteValue in order, are stored, and are events naming the device.
+# (It was pending: its event recorder ran under `pl`, which stops the CLI after PL_TIMEOUT,
+# 60 s, without a word; on a slow run the writes came after that, so no event was seen.
+# The recorder now runs under pl_watch.)
 . "$LAB_DIR/lib.sh"
 require_peerlink
 SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
@@ -14,7 +15,7 @@ cat >"$LAB_OUT/app.json" <<JSON
 {"name": "lab", "services": [{"uuid": "$SVC", "characteristics": [
   {"uuid": "$WCHR", "flags": ["read", "write", "write-without-response"], "value": "initial", "max_length": 64}]}]}
 JSON
-spawn events pl p --json watch --topic gatt
+spawn events pl_watch p --json watch --topic gatt
 sleep 1
 expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
 expect_rc 0 pl p advertise start --name writes --service $SVC
