@@ -1,5 +1,11 @@
 #!/bin/bash
 # timeout: 200
+# PENDING (outside make check since 2026-11-29): passes in most runs (two CI runs and three
+# debugging runs), but in the last full CI run the independent central on hci1 never saw the
+# advertisement within 60 s, right after 10-adapters power-cycled hci0 ("central: peripheral
+# not found"); the emulator's advertiser-first discovery is only partly reliable (README.md).
+# Next step: scanner-first ordering (restart the advertisement once the central scans).
+# Run it with: Tests/Lab/run.sh Tests/Lab/pending/22-peripheral-writes.sh
 # Writes from an independent central (Tests/Lab/central.py): a write request and a write
 # command reach peerlinkd's WriteValue in order, are stored, and are events naming the device.
 # (It was pending: its event recorder ran under `pl`, which stops the CLI after PL_TIMEOUT,

