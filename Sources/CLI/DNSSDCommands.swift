@@ -171,28 +171,16 @@ enum DNSSDCommands {
         defer { client.close() }
         _ = try context.perform(RPCCall(method: ControlMethod.dnssdBrowse, params: params), on: client)
         context.onStreamingStarted()
-        let deadline = v.double("browse-timeout").map { ContinuousClock.now + .milliseconds(Int64(($0 * 1000).rounded(.up))) }
-        while true {
-            var wait: Double?
-            if let deadline {
-                let remaining = deadline - .now
-                wait = max(0, Double(remaining.components.seconds) + Double(remaining.components.attoseconds) * 1e-18)
-            }
-            let notification: RPCNotification?
-            do {
-                notification = try client.nextNotification(timeout: wait)
-            } catch {
-                throw .connection(error, during: nil)
-            }
-            guard let notification else { return 0 }
-            guard notification.method == ControlEvent.method, let topic = notification.params["topic"]?.stringValue,
-                  topic.hasPrefix("dnssd.") else { continue }
+        let events = EventReader(client: client, seconds: v.double("browse-timeout"))
+        while let params = try events.next() {
+            guard let topic = params["topic"]?.stringValue, topic.hasPrefix("dnssd.") else { continue }
             if context.json {
-                context.print(notification.params.description)
-            } else if let line = browseLine(topic, notification.params["data"] ?? .null) {
+                context.print(params.description)
+            } else if let line = browseLine(topic, params["data"] ?? .null) {
                 context.print(line)
             }
         }
+        return 0
     }
 
     static func resolveRequest(_ v: ParsedValues) throws(CLIError) -> RPCCall {

@@ -34,27 +34,15 @@ enum WatchCommand {
         _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
         context.onStreamingStarted()
 
-        let deadline = duration.map { ContinuousClock.now + .milliseconds(Int64(($0 * 1000).rounded(.up))) }
+        let events = EventReader(client: client, seconds: duration)
         var printed = 0
         while count.map({ printed < $0 }) ?? true {
-            var wait: Double?
-            if let deadline {
-                let remaining = deadline - .now
-                wait = max(0, Double(remaining.components.seconds) + Double(remaining.components.attoseconds) * 1e-18)
-            }
-            let notification: RPCNotification?
-            do {
-                notification = try client.nextNotification(timeout: wait)
-            } catch {
-                throw .connection(error, during: nil)
-            }
-            guard let notification else {
+            guard let params = try events.next() else {
                 guard let count else { return 0 }
                 let s = PeerlinkCLI.formatSeconds(duration ?? 0)
                 throw .failure("timed out after \(s) s with \(printed) of \(count) events", exitCode: 1)
             }
-            guard notification.method == ControlEvent.method else { continue }
-            context.print(context.json ? notification.params.description : line(for: notification.params))
+            context.print(context.json ? params.description : line(for: params))
             printed += 1
         }
         return 0
@@ -66,5 +54,37 @@ enum WatchCommand {
         let data = Rendering.eventData(event["data"] ?? .null)
         if !data.isEmpty { words.append(data) }
         return words.joined(separator: " ")
+    }
+}
+
+/// Reads the `event` notifications of a subscribed connection until an optional deadline
+/// (`watch`, `dnssd browse`): replies and other notifications are skipped.
+struct EventReader {
+    let client: ControlClient
+    let deadline: ContinuousClock.Instant?
+
+    /// Reads from `client` for `seconds` (nil: until the connection ends or is interrupted).
+    init(client: ControlClient, seconds: Double?) {
+        self.client = client
+        deadline = seconds.map { ContinuousClock.now + .milliseconds(Int64(($0 * 1000).rounded(.up))) }
+    }
+
+    /// The next event's params, or nil once the deadline has passed.
+    func next() throws(CLIError) -> JSONValue? {
+        while true {
+            var wait: Double?
+            if let deadline {
+                let remaining = deadline - .now
+                wait = max(0, Double(remaining.components.seconds) + Double(remaining.components.attoseconds) * 1e-18)
+            }
+            let notification: RPCNotification?
+            do {
+                notification = try client.nextNotification(timeout: wait)
+            } catch {
+                throw .connection(error, during: nil)
+            }
+            guard let notification else { return nil }
+            if notification.method == ControlEvent.method { return notification.params }
+        }
     }
 }
