@@ -10,10 +10,17 @@ enum PeripheralCommands {
     static let appOption = Option.value("app", valueName: "id", parser: .nonEmptyString,
                                         help: "The application holding the characteristic (default: the first that has it).")
 
-    /// The value params from VALUE and --hex.
-    static func valueParams(_ v: ParsedValues) -> [String: JSONValue] {
+    /// UUID and VALUE, for the commands that set a characteristic's value.
+    static let characteristicArguments = [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
+                                          Positional("value", help: "The value (UTF-8 text, or hex with --hex).")]
+
+    /// The params of those commands: uuid, the value (UTF-8, or hex with --hex) and --app.
+    static func characteristicParams(_ v: ParsedValues) -> [String: JSONValue] {
         let text = v.string("value") ?? ""
-        return v.flag("hex") ? ["value_hex": .string(text)] : ["value": .string(text)]
+        var p: [String: JSONValue] = v.flag("hex") ? ["value_hex": .string(text)] : ["value": .string(text)]
+        p["uuid"] = .string(v.string("uuid") ?? "")
+        if let a = v.string("app") { p["app"] = .string(a) }
+        return p
     }
 
     static let register = CLICommand(
@@ -68,25 +75,18 @@ enum PeripheralCommands {
     static let set = CLICommand(
         ["gatt", "set"], abstract: "Set a characteristic's value (what the next read returns); no notification.",
         options: [hexFlag, appOption],
-        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
-                    Positional("value", help: "The value (UTF-8 text, or hex with --hex).")],
+        arguments: characteristicArguments,
         action: .call(request: { v throws(CLIError) in
-            var p = valueParams(v)
-            p["uuid"] = .string(v.string("uuid")!)
-            if let a = v.string("app") { p["app"] = .string(a) }
-            return RPCCall(method: "gatt.set", params: p)
+            RPCCall(method: "gatt.set", params: characteristicParams(v))
         }, render: { r in "\(r["uuid"]?.stringValue ?? "?") = \(r["value"]?.stringValue.map { "\"\($0)\"" } ?? "0x" + (r["value_hex"]?.stringValue ?? ""))" }))
 
     static let notify = CLICommand(
         ["gatt", "notify"], abstract: "Set a characteristic's value and notify (or indicate) it to subscribed centrals.",
         discussion: "A value longer than one notification carries (ATT MTU - 3) is an error, never cut. --device sends to one central only (needs BlueZ 5.69+).",
         options: [hexFlag, appOption, .value("device", valueName: "address", parser: .nonEmptyString, help: "Notify only this central.")],
-        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
-                    Positional("value", help: "The value (UTF-8 text, or hex with --hex).")],
+        arguments: characteristicArguments,
         action: .call(request: { v throws(CLIError) in
-            var p = valueParams(v)
-            p["uuid"] = .string(v.string("uuid")!)
-            if let a = v.string("app") { p["app"] = .string(a) }
+            var p = characteristicParams(v)
             if let d = v.string("device") { p["device"] = .string(d) }
             return RPCCall(method: "gatt.notify", params: p)
         }, render: { r in "notified \(r["length"]?.intValue ?? 0) bytes to \(r["subscribers"]?.intValue ?? 0) subscriber(s)" }))
