@@ -28,7 +28,7 @@ final class AdvertiseCapability: DaemonCapability {
             let selector = try PeerlinkDaemon.selector(params) ?? ctx.defaultAdapter.flatMap(AdapterSelector.init)
             do {
                 let e = try await adv.add(def, adapter: selector)
-                return Self.json(e, adapters: nil)
+                return Self.json(e)
             } catch let e as AdvertiseError {
                 throw Self.rpc(e)
             } catch {
@@ -46,7 +46,7 @@ final class AdvertiseCapability: DaemonCapability {
         }
         ctx.register("advertise.list") { params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: [])
-            return ["advertisements": .array(await adv.list.map { Self.json($0, adapters: nil) })]
+            return ["advertisements": .array(await adv.list.map { Self.json($0) })]
         }
     }
 
@@ -94,7 +94,7 @@ final class AdvertiseCapability: DaemonCapability {
         return d
     }
 
-    static func json(_ e: Advertiser.Entry, adapters: [AdapterInfo]?) -> JSONValue {
+    static func json(_ e: Advertiser.Entry) -> JSONValue {
         let d = e.definition
         return [
             "id": .string(e.id), "path": .string(e.path.rawValue), "active": .bool(e.registeredOn != nil),

@@ -258,8 +258,7 @@ final class GattCapability: DaemonCapability {
             "registered": .bool(registeredOn != nil), "address": registeredOn.map { .string($0.description) } ?? .null,
             "services": .array(app.definition.services.map { s in
                 ["uuid": .string(s.uuid.uuidString), "primary": .bool(s.primary),
-                 "characteristics": .array(app.characteristics.filter { c in s.characteristics.contains { $0.uuid == c.uuid } && c.path.rawValue.hasPrefix(app.root.rawValue) }
-                     .filter { c in s.characteristics.contains(c.definition) }
+                 "characteristics": .array(app.characteristics.filter { s.characteristics.contains($0.definition) }
                      .map { c in valueJSON(c.value, extra: [
                          "uuid": .string(c.uuid.uuidString), "flags": .array(c.definition.flags.map { .string($0.rawValue) }),
                          "subscribers": .int(Int64(c.subscriberCount)), "read_handler": .bool(c.hasReadHandler),
