@@ -38,7 +38,7 @@ let package = Package(
         // Daemon: services, config, logging, control server.
         .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments", "DNSSD"]),
         // CLI: argument parsing, commands, output.
-        .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments"]),
+        .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments", "BLE"]),
 
         .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "Arguments", "Logging"]),
         .executableTarget(name: "peerlink", dependencies: ["CLI"]),

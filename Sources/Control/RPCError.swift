@@ -29,6 +29,8 @@ public enum RPCErrorCode {
     public static let notSupported = -32007
     /// The operation is not valid in the current state.
     public static let invalidState = -32008
+    /// A device, characteristic, scan or subscription that is not there.
+    public static let notFound = -32009
 
     /// avahi-daemon is not running or not reachable (DNS-SD requests fail at once).
     public static let dnssdUnavailable = -32010
@@ -56,6 +58,7 @@ public enum RPCErrorCode {
         case busy: return "busy"
         case notSupported: return "not supported"
         case invalidState: return "invalid state"
+        case notFound: return "not found"
         case dnssdUnavailable: return "DNS-SD unavailable"
         case dnssdNotFound: return "DNS-SD ID not found"
         case dnssdFailed: return "Avahi error"

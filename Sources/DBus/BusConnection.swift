@@ -294,12 +294,14 @@ final class CallToken: Sendable {
 }
 
 extension Duration {
-    var timeInterval: Double {
+    /// The duration in seconds, as a Double.
+    public var timeInterval: Double {
         let (s, atto) = components
         return Double(s) + Double(atto) / 1e18
     }
 
-    var secondsText: String {
+    /// "5 s", "0.25 s".
+    public var secondsText: String {
         let t = timeInterval
         return t == t.rounded() ? "\(Int(t)) s" : "\((t * 1000).rounded() / 1000) s"
     }

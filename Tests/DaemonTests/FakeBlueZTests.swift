@@ -14,6 +14,8 @@ final class FakeBlueZ: Sendable {
         var name: String
         var address: String
         var powerState = "on"
+        /// Adapter1 methods (StartDiscovery, ConnectDevice, ...) for tests that need them.
+        var methods: [MethodSpec] = []
     }
 
     /// Exports the adapters; takes the name `org.bluez` unless `claimName` is false (then call
@@ -41,7 +43,7 @@ final class FakeBlueZ: Sendable {
             }
             try conn.setProperty(path, "org.bluez.Adapter1", "PowerState", .string(value.bool == true ? "on" : "off"))
         }
-        let iface = InterfaceSpec("org.bluez.Adapter1", properties: [
+        let iface = InterfaceSpec("org.bluez.Adapter1", methods: a.methods, properties: [
             PropertySpec("Address", "s"), PropertySpec("AddressType", "s"), PropertySpec("Name", "s"),
             PropertySpec("Alias", "s", access: .readwrite), powered, PropertySpec("PowerState", "s"),
             PropertySpec("Discoverable", "b", access: .readwrite), PropertySpec("Discovering", "b"),

@@ -46,4 +46,36 @@ for i in 1 2 3; do
     sleep 1
 done
 wait "$central_pid" || fail "the central did not receive the notifications"
+
+heading "daemon b on hci1: the reference central (CBCentralManager's tutorial) against daemon a"
+# The emulator reports an advertiser reliably only to a scanner that was already scanning
+# (Tests/Lab/README.md): b scans first, then a advertises again.
+pl a advertise stop >/dev/null
+show scan --service $SVC --count 1
+pl_watch b --json scan --service $SVC --count 1 --timeout 60 >/tmp/demo-scan &
+scan_pid=$!
+sleep 3
+pl a advertise start --name "$NAME" --service $SVC >/dev/null || fail "advertise start failed"
+wait "$scan_pid" || fail "daemon b did not find the peripheral: $(cat /tmp/demo-scan)"
+ADDR=$("$PY3" -c 'import json,sys; print(json.loads(open("/tmp/demo-scan").readline())["address"])')
+echo "found $ADDR: $(cat /tmp/demo-scan)"
+show connect "$ADDR"
+pl b connect "$ADDR" || fail "connect failed"
+show services "$ADDR"
+pl b services "$ADDR" || fail "services failed"
+show read "$ADDR" $CHR
+pl b read "$ADDR" $CHR || fail "read failed"
+heading "daemon b subscribes (AcquireNotify); daemon a notifies; b prints each value, then disconnects"
+show subscribe "$ADDR" $CHR --count 3 --disconnect
+pl_watch b subscribe "$ADDR" $CHR --count 3 --timeout 90 --disconnect &
+sub_pid=$!
+sleep 3
+for i in 1 2 3; do
+    value="$NAME --$(date '+%Y-%m-%d %H:%M:%S')"
+    pl a gatt notify $CHR "$value" >/dev/null || fail "notify failed"
+    sleep 1
+done
+wait "$sub_pid" || fail "daemon b did not receive the notifications"
+show devices
+pl b devices
 heading "end of demo"

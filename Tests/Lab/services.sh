@@ -221,6 +221,16 @@ lab_up() {
 }
 
 # lab_reset: between scenarios: services running, controllers present and on.
+# lab_forget_devices: remove every remote device object from every adapter (RemoveDevice also
+# ends its link), so no connection, bond or cached GATT tree leaks into the next scenario.
+lab_forget_devices() {
+    local p
+    for p in $(busctl --list tree org.bluez 2>/dev/null | grep -E '^/org/bluez/hci[0-9]+/dev_[0-9A-F_]+$'); do
+        busctl call org.bluez "${p%/*}" org.bluez.Adapter1 RemoveDevice o "$p" >/dev/null 2>&1 \
+            || _lab_log "lab_forget_devices: RemoveDevice $p failed"
+    done
+}
+
 lab_reset() {
-    lab_up && lab_wait_adapters 15 && lab_power_all_on
+    lab_up && lab_wait_adapters 15 && lab_power_all_on && lab_forget_devices
 }

@@ -17,6 +17,8 @@ TARGETS = {
     "notify.ratio_vs_fd_bytes": ">= 0.90",
     "notify.ratio_vs_dbus_rate": ">= 50",
     "notify.daemon_rss_mb": "< 20",
+    "central.ratio_vs_fd_bytes": ">= 0.90",
+    "central.first_read_ratio_vs_python": "(lower is faster)",
 }
 
 

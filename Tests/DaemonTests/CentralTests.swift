@@ -1,0 +1,364 @@
+import BLE
+import BlueZ
+import Control
+import DBus
+import Foundation
+import Synchronization
+import SystemKit
+import Testing
+import TestSupport
+
+/// The central side of a fake bluetoothd: Adapter1 discovery and ConnectDevice, Device1
+/// objects that fail Connect a set number of times, and one notifying characteristic with
+/// AcquireNotify. Every call is recorded in order, so tests can check what the daemon asked
+/// for and when. The lab runs the same against the real bluetoothd (30-32-central-*).
+final class FakeCentralBlueZ: Sendable {
+    struct State {
+        var calls: [String] = []
+        var connectFailures: [String: Int] = [:]
+        var filters: [[String: DBusValue]] = []
+        var notifyEnd: Int32 = -1
+    }
+    final class Box: Sendable { let state = Mutex(State()) }
+    let box = Box()
+    let fake: FakeBlueZ
+    static let hci0: ObjectPath = "/org/bluez/hci0"
+
+    init(busAddress: String) async throws {
+        let box = self.box
+        let holder = Mutex<BusConnection?>(nil)
+        let record = { @Sendable (s: String) in box.state.withLock { $0.calls.append(s) } }
+        let methods = [
+            MethodSpec("SetDiscoveryFilter", inputs: [("filter", "a{sv}")]) { call, reply in
+                record("SetDiscoveryFilter")
+                box.state.withLock { $0.filters.append(call.arguments[0].stringKeyedMap ?? [:]) }
+                reply.succeed()
+            },
+            MethodSpec("StartDiscovery") { _, reply in
+                record("StartDiscovery")
+                try? holder.withLock { $0 }?.setProperty(Self.hci0, "org.bluez.Adapter1", "Discovering", .boolean(true))
+                reply.succeed()
+            },
+            MethodSpec("StopDiscovery") { _, reply in
+                record("StopDiscovery")
+                try? holder.withLock { $0 }?.setProperty(Self.hci0, "org.bluez.Adapter1", "Discovering", .boolean(false))
+                reply.succeed()
+            },
+            MethodSpec("ConnectDevice", inputs: [("properties", "a{sv}")], outputs: [("device", "o")]) { call, reply in
+                let address = call.arguments[0].stringKeyedMap?["Address"]?.string ?? "?"
+                record("ConnectDevice \(address)")
+                guard let c = holder.withLock({ $0 }) else { return reply.fail(BusError(name: BusError.failed, message: "no connection")) }
+                // Exported off the connection's queue (export waits for it), then answered.
+                DispatchQueue.global().async {
+                    let path = Self.export(c, box: box, address: address, name: "new", uuids: [], rssi: -70, connected: true)
+                    reply.succeed([.objectPath(path)])
+                }
+            },
+        ]
+        fake = try await FakeBlueZ(busAddress: busAddress, adapters: [.init(name: "hci0", address: "00:AA:01:00:00:00", methods: methods)])
+        holder.withLock { $0 = fake.connection }
+    }
+
+    var calls: [String] { box.state.withLock { $0.calls } }
+
+    /// Adds a device as seen in a scan (with an RSSI), with `failures` Connect calls to refuse first.
+    @discardableResult
+    func addDevice(_ address: String, name: String?, uuids: [String], rssi: Int16, manufacturer: UInt16? = nil, failures: Int = 0) -> ObjectPath {
+        box.state.withLock { $0.connectFailures[address] = failures }
+        return Self.export(fake.connection, box: box, address: address, name: name, uuids: uuids, rssi: rssi, manufacturer: manufacturer, connected: false)
+    }
+
+    static func export(_ c: BusConnection, box: Box, address: String, name: String?, uuids: [String], rssi: Int16?,
+                       manufacturer: UInt16? = nil, connected: Bool) -> ObjectPath {
+        let path = hci0.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
+        let record = { @Sendable (s: String) in box.state.withLock { $0.calls.append(s) } }
+        let device = InterfaceSpec("org.bluez.Device1", methods: [
+            MethodSpec("Connect") { _, reply in
+                record("Connect \(address)")
+                let fail = box.state.withLock { s -> Bool in
+                    guard let n = s.connectFailures[address], n > 0 else { return false }
+                    s.connectFailures[address] = n - 1
+                    return true
+                }
+                if fail { return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")) }
+                try? c.setProperty(path, "org.bluez.Device1", "Connected", .boolean(true))
+                try? c.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(true))
+                reply.succeed()
+            },
+            MethodSpec("Disconnect") { _, reply in
+                record("Disconnect \(address)")
+                try? c.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(false))
+                try? c.setProperty(path, "org.bluez.Device1", "Connected", .boolean(false))
+                reply.succeed()
+            },
+        ], properties: [
+            PropertySpec("Address", "s"), PropertySpec("AddressType", "s"), PropertySpec("Alias", "s"), PropertySpec("Adapter", "o"),
+            PropertySpec("Name", "s"), PropertySpec("RSSI", "n"), PropertySpec("UUIDs", "as"), PropertySpec("ManufacturerData", "a{qv}"),
+            PropertySpec("Connected", "b"), PropertySpec("ServicesResolved", "b"), PropertySpec("Paired", "b"), PropertySpec("Trusted", "b", access: .readwrite),
+        ])
+        var values: [String: DBusValue] = [
+            "Address": .string(address), "AddressType": .string("public"), "Alias": .string(name ?? address.replacingOccurrences(of: ":", with: "-")),
+            "Adapter": .objectPath(hci0), "UUIDs": .stringArray(uuids), "Connected": .boolean(connected), "ServicesResolved": .boolean(connected),
+            "Paired": .boolean(false), "Trusted": .boolean(false),
+            "ManufacturerData": .dictionary(key: "q", value: "v", manufacturer.map { [.init(.uint16($0), .variant(.bytes([1, 2])))] } ?? []),
+        ]
+        if let name { values["Name"] = .string(name) }
+        if let rssi { values["RSSI"] = .int16(rssi) }
+        try? c.export(path, interfaces: [device], values: ["org.bluez.Device1": values])
+        // One service with a notifying characteristic (AcquireNotify hands out a socket pair).
+        let svc = path.appending("service0010"), chr = svc.appending("char0011")
+        try? c.export(svc, interfaces: [InterfaceSpec("org.bluez.GattService1", properties: [
+            PropertySpec("UUID", "s"), PropertySpec("Device", "o"), PropertySpec("Primary", "b"),
+        ])], values: ["org.bluez.GattService1": ["UUID": .string("0000180d-0000-1000-8000-00805f9b34fb"), "Device": .objectPath(path), "Primary": .boolean(true)]])
+        try? c.export(chr, interfaces: [InterfaceSpec("org.bluez.GattCharacteristic1", methods: [
+            MethodSpec("ReadValue", inputs: [("options", "a{sv}")], outputs: [("value", "ay")]) { call, reply in
+                let offset = Int(call.arguments[0].stringKeyedMap?["offset"]?.integer ?? 0)
+                record("ReadValue offset=\(offset)")
+                reply.succeed([.bytes(Array(Array("heart".utf8).dropFirst(offset)))])
+            },
+            MethodSpec("WriteValue", inputs: [("value", "ay"), ("options", "a{sv}")]) { call, reply in
+                record("WriteValue \(call.arguments[1].stringKeyedMap?["type"]?.string ?? "-") \(call.arguments[0].byteArray ?? [])")
+                reply.succeed()
+            },
+            MethodSpec("AcquireNotify", inputs: [("options", "a{sv}")], outputs: [("fd", "h"), ("mtu", "q")]) { _, reply in
+                record("AcquireNotify")
+                var fds: [Int32] = [0, 0]
+                guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0 else {
+                    return reply.fail(BusError(name: BusError.failed, message: "socketpair"))
+                }
+                box.state.withLock { $0.notifyEnd = fds[0] }
+                reply.succeed([.unixFD(UnixFD(taking: fds[1])), .uint16(247)])
+            },
+        ], properties: [
+            PropertySpec("UUID", "s"), PropertySpec("Service", "o"), PropertySpec("Flags", "as"), PropertySpec("MTU", "q"),
+        ])], values: ["org.bluez.GattCharacteristic1": ["UUID": .string("00002a37-0000-1000-8000-00805f9b34fb"), "Service": .objectPath(svc),
+                                                         "Flags": .stringArray(["read", "write", "write-without-response", "notify"]), "MTU": .uint16(247)]])
+        return path
+    }
+
+    /// Sends one notification through the acquired socket (as bluetoothd would).
+    func notify(_ bytes: [UInt8]) throws {
+        let fd = box.state.withLock { $0.notifyEnd }
+        try #require(fd >= 0, "AcquireNotify was not called")
+        #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
+    }
+
+    /// Closes the fake's end: the subscription ends as when the link goes.
+    func closeNotify() {
+        let fd = box.state.withLock { s -> Int32 in defer { s.notifyEnd = -1 }; return s.notifyEnd }
+        if fd >= 0 { close(fd) }
+    }
+}
+
+@Suite(.serialized) struct CentralTests {
+    static let hr = "0000180d-0000-1000-8000-00805f9b34fb"
+
+    func start() async throws -> (PrivateBus, FakeCentralBlueZ, DaemonHarness) {
+        let bus = try PrivateBus()
+        let fake = try await FakeCentralBlueZ(busAddress: bus.address)
+        let h = try await DaemonHarness(busAddress: bus.address)
+        _ = try await h.waitForStatus { $0["adapters"]?.arrayValue?.count == 1 }
+        return (bus, fake, h)
+    }
+
+    @Test func scanRechecksFiltersAndReportsEachDeviceOnce() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        let client = try RawClient(h.socketPath)
+        let r = try client.call("central.scan", ["services": ["180d"], "rssi": -80])
+        let scan = try #require(r["scan"]?.stringValue)
+        #expect(fake.calls.prefix(2) == ["SetDiscoveryFilter", "StartDiscovery"])
+        let filter = try #require(fake.box.state.withLock { $0.filters.first })
+        #expect(filter["UUIDs"]?.stringArray == [Self.hr])
+        #expect(filter["Transport"]?.string == "le" && filter["RSSI"]?.integer == -80)
+        // bluetoothd merges every client's filter: a device it reports may still not match ours.
+        fake.addDevice("00:AA:01:09:00:01", name: "other", uuids: ["0000180f-0000-1000-8000-00805f9b34fb"], rssi: -40)
+        fake.addDevice("00:AA:01:09:00:02", name: "weak", uuids: [Self.hr], rssi: -90)
+        fake.addDevice("00:AA:01:09:00:03", name: "heart", uuids: [Self.hr], rssi: -50, manufacturer: 0xFFFF)
+        let e = try client.nextEvent("central.discovered")
+        #expect(e["data"]?["address"] == "00:AA:01:09:00:03")
+        #expect(e["data"]?["scan"]?.stringValue == scan)
+        #expect(e["data"]?["name"] == "heart" && e["data"]?["rssi"] == -50)
+        let mfr = e["data"]?["manufacturer_data"]?.arrayValue?.first
+        #expect(mfr?["id"] == 65535 && mfr?["value_hex"] == "0102")
+        // The same device again (no duplicates): no second event; the scan's end comes next.
+        try fake.fake.connection.setProperty("/org/bluez/hci0/dev_00_AA_01_09_00_03", "org.bluez.Device1", "RSSI", .int16(-49))
+        #expect(try client.call("central.scan.stop", ["scan": .string(scan)])["stopped"] == [.string(scan)])
+        // Discovery stops with the last scan, and the filter is cleared.
+        #expect(Array(fake.calls.suffix(2)) == ["StopDiscovery", "SetDiscoveryFilter"])
+        #expect(fake.box.state.withLock { $0.filters.last } == [:])
+        // A scan's time limit ends it with an event to its owner.
+        _ = try client.call("central.scan", ["timeout": 0.3])
+        #expect(try client.nextEvent("central.scan.ended")["data"]?["reason"] == "timeout")
+        do {
+            _ = try client.call("central.scan", ["name_pattern": "("])
+            Issue.record("a bad pattern must be refused")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.invalidParams && e.message.contains("name_pattern"))
+        }
+    }
+
+    @Test func connectPausesDiscoveryRetriesTransientFailuresAndResumes() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        let scanner = try RawClient(h.socketPath)
+        _ = try scanner.call("central.scan", [:])
+        fake.addDevice("00:AA:01:09:00:03", name: "heart", uuids: [Self.hr], rssi: -50, failures: 2)
+        _ = try scanner.nextEvent("central.discovered")
+        let watcher = try RawClient(h.socketPath)
+        _ = try watcher.call("events.subscribe", ["topics": ["central"]])
+        let r = try h.call("central.connect", ["address": "00:AA:01:09:00:03", "timeout": 20])
+        #expect(r["device"]?["connected"] == true && r["device"]?["services_resolved"] == true)
+        let calls = fake.calls
+        let firstConnect = try #require(calls.firstIndex(of: "Connect 00:AA:01:09:00:03"))
+        // Discovery stopped before the first attempt, three attempts (two refused), then resumed.
+        #expect(calls[..<firstConnect].last == "StopDiscovery")
+        #expect(calls.filter { $0 == "Connect 00:AA:01:09:00:03" }.count == 3)
+        #expect(calls.last == "StartDiscovery")
+        let ev = try watcher.nextEvent("central.connected")
+        #expect(ev["data"]?["device"] == "00:AA:01:09:00:03" && ev["data"]?["adapter"] == "hci0")
+
+        // Reads, writes and notifications through the fake's characteristic.
+        let read = try h.call("central.read", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "offset": 1])
+        #expect(read["value"] == "eart" && read["value_hex"] == "65617274")
+        _ = try h.call("central.write", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "value_hex": "0102", "command": true])
+        #expect(fake.calls.last == "WriteValue command [1, 2]")
+        do {
+            _ = try h.call("central.write", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "value": .string(String(repeating: "x", count: 245)), "command": true])
+            Issue.record("a command longer than MTU-3 must be refused")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.invalidParams && e.message.contains("at most 244"))
+        }
+        let sub = try watcher.call("central.subscribe", ["address": "00:AA:01:09:00:03", "characteristic": "2a37"])
+        #expect(sub["via"] == "acquire-notify" && sub["mtu"] == 247)
+        for i in 1...50 { try fake.notify(Array("value \(i)".utf8)) }
+        for i in 1...50 {
+            let n = try watcher.nextEvent("central.notification")
+            #expect(n["data"]?["value"]?.stringValue == "value \(i)" && n["data"]?["seq"] == .int(Int64(i)))
+        }
+        fake.closeNotify()
+        let ended = try watcher.nextEvent("central.subscription.ended")
+        #expect(ended["data"]?["count"] == 50)
+        // Subscribe again and end it from this side: the socket is closed, later values go nowhere.
+        // (Subscriptions belong to their connection: h.call's one-shot connections would end them.)
+        let sub2 = try #require(try watcher.call("central.subscribe", ["address": "00:AA:01:09:00:03", "characteristic": "2a37"])["subscription"])
+        try fake.notify([1, 2, 3, 4])
+        #expect(try watcher.call("central.unsubscribe", ["subscription": sub2])["ended"] == true)
+        for _ in 0..<3 {
+            let fd = fake.box.state.withLock { $0.notifyEnd }
+            _ = [UInt8](repeating: 0, count: 4).withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        }
+        fake.closeNotify()
+        #expect(try h.call("central.status")["subscriptions"] == [])
+        do {
+            _ = try h.call("central.unsubscribe", ["subscription": sub2])
+            Issue.record("a second unsubscribe must be refused")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.notFound)
+        }
+
+        // An address BlueZ has not seen: ConnectDevice.
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:07", "timeout": 10])
+        #expect(fake.calls.contains("ConnectDevice 00:AA:01:09:00:07"))
+        do {
+            _ = try h.call("central.read", ["address": "00:AA:01:09:00:03", "characteristic": "2a99"])
+            Issue.record("an unknown characteristic must be refused")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.notFound && e.message.contains("00002a99"))
+        }
+        _ = try h.call("central.disconnect", ["address": "00:AA:01:09:00:03"])
+        let d = try watcher.nextEvent("central.disconnected")
+        #expect(d["data"]?["reason"] == "local" && d["data"]?["will_reconnect"] == false)
+    }
+}
+
+@Suite struct CentralModelTests {
+    static let hr = try! BluetoothUUID(parsing: "180d")
+
+    func device(_ props: [String: DBusValue]) -> RemoteDevice {
+        var p: [String: DBusValue] = ["Address": .string("00:AA:01:09:00:01"), "Adapter": .objectPath("/org/bluez/hci0")]
+        p.merge(props) { _, new in new }
+        return RemoteDevice(path: "/org/bluez/hci0/dev_00_AA_01_09_00_01", properties: p)!
+    }
+
+    @Test func devicePropertiesAreDecoded() {
+        var d = device([
+            "Name": .string("Kenshin"), "RSSI": .int16(-60), "TxPower": .int16(4), "UUIDs": .stringArray(["0000180d-0000-1000-8000-00805f9b34fb"]),
+            "ManufacturerData": .dictionary(key: "q", value: "v", [.init(.uint16(0x004C), .variant(.bytes([2, 21])))]),
+            "ServiceData": .dictionary(key: "s", value: "v", [.init(.string("00009999-0000-1000-8000-00805f9b34fb"), .variant(.bytes([0, 1])))]),
+        ])
+        #expect(d.name == "Kenshin" && d.rssi == -60 && d.txPower == 4 && d.uuids == [Self.hr])
+        #expect(d.manufacturerData == [0x004C: [2, 21]])
+        #expect(d.serviceData[try! BluetoothUUID(parsing: "9999")] == [0, 1])
+        #expect(d.apply(["RSSI": .int16(-60)]).isEmpty)
+        #expect(d.apply(["RSSI": .int16(-55), "Connected": .boolean(true)]) == ["rssi", "connected"])
+        d.invalidate(["RSSI"])
+        #expect(d.rssi == nil)
+        #expect(RemoteDevice(path: "/org/bluez/hci0/dev_x", properties: ["Address": .string("nope")]) == nil)
+    }
+
+    @Test func scanFiltersCheckEveryCondition() {
+        let d = device(["Name": .string("Kenshin Cui's Device"), "RSSI": .int16(-60), "UUIDs": .stringArray(["0000180d-0000-1000-8000-00805f9b34fb"]),
+                        "ManufacturerData": .dictionary(key: "q", value: "v", [.init(.uint16(0xFFFF), .variant(.bytes([1])))])])
+        var f = ScanFilter()
+        #expect(f.matches(d))
+        f.services = [try! BluetoothUUID(parsing: "180f")]
+        #expect(!f.matches(d))
+        f.services.append(Self.hr)
+        #expect(f.matches(d))
+        f.namePrefix = "Kenshin"
+        f.namePattern = "Cui's D.vice$"
+        f.minimumRSSI = -60
+        f.manufacturer = 0xFFFF
+        #expect(f.matches(d))
+        var g = f; g.namePrefix = "kenshin"; #expect(!g.matches(d))
+        g = f; g.namePattern = "^Cui"; #expect(!g.matches(d))
+        g = f; g.minimumRSSI = -59; #expect(!g.matches(d))
+        g = f; g.manufacturer = 0x004C; #expect(!g.matches(d))
+        #expect(ScanFilter.validatePattern("(") != nil && ScanFilter.validatePattern("^a.*") == nil)
+        // Merged for bluetoothd: UUIDs and RSSI only when every scan has them.
+        var any = ScanFilter(); any.minimumRSSI = -90
+        let merged = ScanFilter.discoveryFilter(merging: [f, any])
+        #expect(merged["UUIDs"] == nil && merged["RSSI"] == .int16(-90) && merged["Transport"] == .string("le"))
+        let both = ScanFilter.discoveryFilter(merging: [f, f])
+        #expect(both["UUIDs"]?.stringArray?.count == 2 && both["RSSI"] == .int16(-60))
+    }
+
+    @Test func objectTableFollowsSignalsAndOrdersAttributes() {
+        var t = BlueZObjectTable()
+        let dev: ObjectPath = "/org/bluez/hci0/dev_00_AA_01_09_00_01"
+        func added(_ path: ObjectPath, _ iface: String, _ props: [String: DBusValue]) -> BusMessage {
+            .signal(path: "/", interface: StandardInterface.objectManager, member: "InterfacesAdded", body: [
+                .objectPath(path), .dictionary(key: "s", value: "a{sv}", [.init(.string(iface), .propertyMap(props))]),
+            ])
+        }
+        var changes = t.apply(added(dev, "org.bluez.Device1", ["Address": .string("00:AA:01:09:00:01"), "Adapter": .objectPath("/org/bluez/hci0")]))
+        #expect(changes.count == 1)
+        let svc = dev.appending("service0020"), c2 = svc.appending("char0024"), c1 = svc.appending("char0021")
+        _ = t.apply(added(svc, "org.bluez.GattService1", ["UUID": .string("180d"), "Device": .objectPath(dev), "Primary": .boolean(true)]))
+        _ = t.apply(added(c2, "org.bluez.GattCharacteristic1", ["UUID": .string("2a38"), "Service": .objectPath(svc), "Flags": .stringArray(["read"])]))
+        _ = t.apply(added(c1, "org.bluez.GattCharacteristic1", ["UUID": .string("2a37"), "Service": .objectPath(svc), "Flags": .stringArray(["notify"])]))
+        #expect(t.children(of: svc, .characteristic).map(\.handle) == [0x21, 0x24])
+        #expect(t.characteristics(of: dev, uuid: try! BluetoothUUID(parsing: "2a37")).map(\.path) == [c1])
+        #expect(t.characteristics(of: dev, uuid: try! BluetoothUUID(parsing: "2a37"), service: try! BluetoothUUID(parsing: "180f")).isEmpty)
+        changes = t.apply(.signal(path: c1, interface: StandardInterface.properties, member: "PropertiesChanged", body: [
+            .string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes([6, 70])]), .stringArray([]),
+        ]))
+        #expect(changes == [.value(c1, [6, 70])])
+        changes = t.apply(.signal(path: dev, interface: StandardInterface.properties, member: "PropertiesChanged", body: [
+            .string("org.bluez.Device1"), .propertyMap(["Connected": .boolean(true)]), .stringArray([]),
+        ]))
+        #expect(changes.count == 1 && t.devices[dev]?.connected == true)
+        changes = t.apply(.signal(path: "/", interface: StandardInterface.objectManager, member: "InterfacesRemoved", body: [
+            .objectPath(dev), .stringArray(["org.bluez.Device1"]),
+        ]))
+        #expect(t.devices.isEmpty && changes.count == 1)
+    }
+
+    @Test func transientConnectErrorsAreRetriedOthersAreNot() {
+        #expect(ConnectErrors.isTransient(BusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")))
+        #expect(ConnectErrors.isTransient(BusError(name: "org.bluez.Error.InProgress", message: "In Progress")))
+        #expect(!ConnectErrors.isTransient(BusError(name: "org.bluez.Error.NotAvailable", message: "Operation currently not available")))
+        #expect(!ConnectErrors.isTransient(BusError(name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed")))
+    }
+}

@@ -1,0 +1,67 @@
+#!/bin/bash
+# timeout: 600
+# Central receive rate and discovery-to-first-read, all in one guest run, with the same
+# peripheral every time (notify_bench.py peripheral --mode fd on hci0: Python writing to the
+# AcquireNotify fd, the fastest sender the lab has) and three receiving centrals on hci1:
+#   ours            peerlinkd's central (AcquireNotify) into a control client (central_bench.py ours)
+#   fd_baseline     Python reading the AcquireNotify fd (notify_bench.py central)
+#   dbus_baseline   Python with StartNotify + PropertiesChanged (central_bench.py dbus)
+# Each receiver also times scan hit -> connect -> services resolved -> first read (not the fd
+# baseline, which reads nothing). No timing assertions: exit 0 when everything was measured.
+. "$LAB_DIR/lib.sh"
+require_peerlink
+
+COUNT=${BENCH_COUNT:-3000}
+SIZE=510
+CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
+cb() { py3 "$LAB_DIR/bench/central_bench.py" "$@"; }
+nb() { py3 "$LAB_DIR/bench/notify_bench.py" "$@"; }
+declare -A RATE=() BPS=() READ=()
+_gone() { ! kill -0 "$1" 2>/dev/null; }
+_ready_or_gone() { [ -e "$LAB_OUT/$1.ready" ] || _gone "$RX_PID"; }
+
+start_peerlinkd c hci1
+
+# run NAME SVC RECEIVER...: the receiver first (scanner first), then the peripheral; go once
+# subscribed; collect the receiver's RESULT (and FIRST_READ).
+run_one() {
+    local name=$1 svc=$2; shift 2
+    note "$name: $COUNT notifications of $SIZE bytes, Python fd peripheral on hci0 -> $name on hci1"
+    rm -f "$LAB_OUT/$name.ready" "$LAB_OUT/$name.go"
+    spawn "rx-$name" "$@" --service "$svc" --char $CHR --count "$COUNT" --size $SIZE --ready-file "$LAB_OUT/$name.ready"
+    RX_PID=$SPAWN_PID
+    sleep 3
+    spawn "tx-$name" nb peripheral --adapter hci0 --mode fd --service "$svc" --char $CHR --count "$COUNT" --size $SIZE \
+        --go-file "$LAB_OUT/$name.go" --name plbench
+    local tx=$SPAWN_PID
+    wait_for 100 _ready_or_gone "$name"
+    [ -e "$LAB_OUT/$name.ready" ] || fail "$name: the central did not subscribe: $(tail -n 5 "$(log_of "rx-$name")"; tail -n 3 "$(log_of "tx-$name")")"
+    wait_log 20 "tx-$name" SUBSCRIBED || fail "$name: the peripheral saw no subscription: $(tail -n 5 "$(log_of "tx-$name")")"
+    touch "$LAB_OUT/$name.go"
+    wait_log 90 "rx-$name" RESULT || fail "$name: no result: $(tail -n 5 "$(log_of "rx-$name")")"
+    local line; line=$(grep '^RESULT' "$(log_of "rx-$name")")
+    note "$name: $line"
+    RATE[$name]=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$line")
+    BPS[$name]=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
+    [ -n "${RATE[$name]}" ] && [ -n "${BPS[$name]}" ] || fail "$name: nothing measured: $line"
+    printf 'bench central.%s rate=%.0f bytes_per_s=%s\n' "$name" "${RATE[$name]}" "${BPS[$name]}"
+    printf 'bench central.%s.delivered=%s/%s\n' "$name" "$(sed -n 's/.*received=\([0-9]*\).*/\1/p' <<<"$line")" "$COUNT"
+    READ[$name]=$(sed -n 's/^FIRST_READ seconds=\([0-9.]*\).*/\1/p' "$(log_of "rx-$name")")
+    [ -z "${READ[$name]}" ] || printf 'bench central.%s.first_read_s=%s\n' "$name" "${READ[$name]}"
+    wait_for 30 _gone "$RX_PID" || _lab_stop_pid "$RX_PID"
+    _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
+    lab_forget_devices
+}
+
+run_one ours C4FB2349-72FE-4CA2-94D6-1F3CB16331F0 cb ours --socket "$(pl_socket c)"
+run_one fd_baseline C4FB2349-72FE-4CA2-94D6-1F3CB16331F1 nb central --adapter hci1 --find-timeout 90 --run-timeout 40
+run_one dbus_baseline C4FB2349-72FE-4CA2-94D6-1F3CB16331F2 cb dbus --adapter hci1
+
+"$PY3" - "${BPS[ours]}" "${BPS[fd_baseline]}" "${BPS[dbus_baseline]}" "${READ[ours]}" "${READ[dbus_baseline]}" <<'PY' || fail "ratios"
+import sys
+ours, fd, dbus, read_ours, read_py = map(float, sys.argv[1:])
+print(f"bench central.ratio_vs_fd_bytes={ours / fd:.2f}")
+print(f"bench central.ratio_vs_dbus_bytes={ours / dbus:.1f}")
+print(f"bench central.first_read_ratio_vs_python={read_ours / read_py:.2f}")
+PY
+note "central bench done"

@@ -1,0 +1,84 @@
+#!/bin/bash
+# timeout: 420
+# Central faults: connecting to an address that is not there times out with a clear error;
+# the peripheral disappearing mid-subscription (it drops the link and stops advertising) ends the
+# subscription and gives a disconnect event with a reason, and in keep-connected mode a
+# reconnect once it is back; bluetoothd restarted mid-scan: the scan resumes by itself
+# and still finds the peripheral.
+. "$LAB_DIR/lib.sh"
+require_peerlink
+SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
+CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
+NAME="Kenshin Cui's Device"
+ADDR=$(adapter_addr hci1)
+discovering() { test "$(adapter_prop hci0 Discovering)" = true; }
+# event_for TOPIC: the central's events log has TOPIC for the peripheral's address.
+event_for() { grep -q "\"device\":\"$ADDR\".*\"topic\":\"$1\"" "$(log_of events)"; }
+connected() { test "$(bluez_prop /org/bluez/hci0/dev_${ADDR//:/_} org.bluez.Device1 Connected)" = true; }
+
+start_peerlinkd p hci1
+start_peerlinkd c hci0 --log-level debug
+expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
+
+note "find the peripheral (scanner first)"
+spawn scan0 pl_watch c --json scan --service $SVC --count 1 --timeout 90
+wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan0)")"
+expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
+wait_log 60 scan0 "\"$ADDR\"" || fail "the peripheral was not found: $(cat "$(log_of scan0)")"
+note "keep-connected: the peripheral disappears mid-subscription and comes back"
+spawn events pl_watch c --json watch --topic central
+sleep 1
+expect_rc 0 pl c connect "$ADDR" --keep --timeout 40
+spawn sub pl_watch c --json subscribe "$ADDR" $CHR --timeout 300
+wait_for 20 grep -q . "$(log_of sub)" 2>/dev/null; sleep 2
+expect_rc 0 pl p gatt notify $CHR "$NAME --before"
+wait_log 20 sub "--before" || fail "no notification before the fault: $(cat "$(log_of sub)")"
+note "the peripheral goes away: it stops advertising and drops the link from its side"
+expect_rc 0 pl p advertise stop
+busctl call org.bluez /org/bluez/hci1/dev_$(adapter_addr hci0 | tr : _) org.bluez.Device1 Disconnect \
+    || fail "the peripheral could not drop the link"
+wait_for 60 event_for central.disconnected || fail "no disconnect event: $(cat "$(log_of events)")"
+wait_log 20 sub "notifications stopped" || fail "the subscription did not end: $(cat "$(log_of sub)")"
+wait_for 20 event_for central.reconnecting || fail "no reconnect attempt: $(cat "$(log_of events)")"
+py_check "disconnect event" "$(log_of events)" "$ADDR" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+d = [e["data"] for e in ev if e["topic"] == "central.disconnected" and e["data"]["device"] == sys.argv[2]]
+assert d, ev
+assert d[0]["reason"] == "remote", d   # the peripheral ended the link
+assert d[0]["will_reconnect"] is True, d
+PY
+sleep 3
+connected && fail "connected again while the peripheral is away"
+note "the peripheral advertises again: the central reconnects by itself"
+expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
+wait_for 90 connected || fail "not reconnected: $(cat "$(log_of events)")"
+wait_for 30 event_for central.connected || fail "no connected event after the reconnect: $(cat "$(log_of events)")"
+expect_rc 0 pl c read "$ADDR" $CHR
+assert_eq "$RUN_OUT" "$NAME" "read after the reconnect"
+expect_rc 0 pl c disconnect "$ADDR"
+sleep 3
+connected && fail "reconnected after disconnect (keep mode must end)"
+note "an address that is not there: a timeout with a clear error"
+t0=$(date +%s)
+expect_rc 1 pl c connect 00:AA:01:09:09:09 --timeout 6
+t1=$(date +%s)
+assert_contains "$RUN_OUT" "timed out: could not connect to 00:AA:01:09:09:09 on hci0 within 6 s" "timeout message"
+[ $((t1 - t0)) -le 25 ] || fail "connect to an absent address took $((t1 - t0)) s (timeout 6 s)"
+
+note "bluetoothd restarted mid-scan: the scan resumes by itself"
+spawn scan pl_watch c --json scan --service $SVC --count 1 --timeout 180
+SCAN_PID=$SPAWN_PID
+wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan)")"
+lab_restart_bluetoothd || fail "bluetoothd did not come back"
+wait_log 30 scan "scan resumed on hci0" || fail "the scan did not resume: $(cat "$(log_of scan)")"
+wait_for 20 discovering || fail "hci0 is not discovering after the restart (busctl)"
+# The peripheral's advertisement is registered again after the restart (24-peripheral-recovery);
+# restart it once discovery is back, so that only the resumed scan can have seen it.
+expect_rc 0 pl p advertise stop
+expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
+wait_log 60 scan "\"$ADDR\"" || fail "the resumed scan did not find the peripheral: $(cat "$(log_of scan)")"
+wait_for 20 sh -c "! kill -0 $SCAN_PID 2>/dev/null" || fail "scan did not end after --count 1"
+wait "$SCAN_PID" || fail "scan exit status $?: $(cat "$(log_of scan)")"
+
+note "central faults ok"
