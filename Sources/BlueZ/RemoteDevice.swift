@@ -85,7 +85,8 @@ public struct RemoteDevice: Sendable, Hashable {
         set(\.addressType, p["AddressType"]?.string, "address_type")
         if let n = p["Name"]?.string { set(\.name, Optional(n), "name") }
         set(\.alias, p["Alias"]?.string, "alias")
-        if let r = p["RSSI"]?.integer { set(\.rssi, Optional(Int(r)), "rssi") }
+        // 127 is HCI's "RSSI not available" (seen on devices known from a connection).
+        if let r = p["RSSI"]?.integer { set(\.rssi, r == 127 ? nil : Optional(Int(r)), "rssi") }
         if let t = p["TxPower"]?.integer { set(\.txPower, Optional(Int(t)), "tx_power") }
         if let u = p["UUIDs"]?.stringArray { set(\.uuids, u.compactMap { try? BluetoothUUID(parsing: $0) }, "uuids") }
         if let a = p["Appearance"]?.integer { set(\.appearance, Optional(Int(a)), "appearance") }

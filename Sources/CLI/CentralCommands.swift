@@ -294,7 +294,7 @@ enum CentralCommands {
                 context.print(context.json ? data.description : valueText(data))
             } else if e["topic"]?.stringValue == "central.subscription.ended" {
                 ended = data["reason"]?.stringValue ?? "ended"
-                if !context.json { context.stderr.write("notifications stopped: \(ended!)\n") }
+                context.stderr.write("notifications stopped: \(ended!)\n")
                 break
             }
         }
