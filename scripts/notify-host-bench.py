@@ -122,6 +122,20 @@ def ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
 
 
+def switches(pid):
+    """Context switches of every thread of pid (voluntary + involuntary)."""
+    n = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                for l in f:
+                    if l.endswith("ctxt_switches:\t" + l.split("\t")[-1]) and "ctxt_switches" in l:
+                        n += int(l.split()[-1])
+        except OSError:
+            pass
+    return n
+
+
 def rpc(sock, method, params, rid=1):
     sock.sendall((json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
     buf = b""
@@ -255,6 +269,7 @@ def main():
         if a.callgrind:
             subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, stdout=subprocess.DEVNULL)
         t_cpu0 = ticks(pid)
+        sw0 = switches(pid)
         if a.lab_client:
             here = os.path.dirname(os.path.abspath(__file__))
             out = subprocess.run([sys.executable, "-u", os.path.join(here, "..", "Tests", "Lab", "bench", "notify_bench.py"), "client",
@@ -282,13 +297,14 @@ def main():
                 ok += r.count(b'"result"')
         dt = time.monotonic() - t0
         cpu = (ticks(pid) - t_cpu0) / os.sysconf("SC_CLK_TCK")
+        sw = switches(pid) - sw0
         rx.join(10)
         if a.callgrind:
             subprocess.run(["callgrind_control", "-d", str(pid)], check=True, stdout=subprocess.DEVNULL)
             subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, stdout=subprocess.DEVNULL)
         print(f"HOST count={a.count} size={a.size} window={a.window} batch={a.batch} values={a.values} "
               f"seconds={dt:.3f} rate={a.count / dt:.0f}/s daemon_cpu={cpu:.2f}s "
-              f"cpu_per_notify_us={cpu / a.count * 1e6:.1f} received={got['n']} bad={got['bad']} mtu={state['mtu']}")
+              f"cpu_per_notify_us={cpu / a.count * 1e6:.1f} switches_per_request={sw / len(reqs) if reqs else 0:.1f} received={got['n']} bad={got['bad']} mtu={state['mtu']}")
     finally:
         # The daemon itself (not a --wrap tool, which then writes its report).
         try:
