@@ -47,6 +47,62 @@ public struct BluetoothUUID: Sendable, Hashable, Comparable, CustomStringConvert
     /// Parses `180F`, `0x180F`, `0000180F` (32-bit) or `0000180f-0000-1000-8000-00805f9b34fb`
     /// (any case).
     public init(parsing text: String) throws(ParseError) {
+        // The forms people and BlueZ write, read straight from the UTF-8 bytes (this runs for
+        // every control request naming a characteristic); anything else, including every
+        // error, goes through the general parser below.
+        if let b = Self.parseCommonForm(text) {
+            self.init(bytes: b)!
+            return
+        }
+        try self.init(parsingSlowly: text)
+    }
+
+    /// The 16 bytes of `text` in one of the forms `init(parsing:)` accepts, nil when it is
+    /// not one of them (or not ASCII).
+    private static func parseCommonForm(_ text: String) -> [UInt8]? {
+        var text = text
+        return text.withUTF8 { all -> [UInt8]? in
+            var u = all[...]
+            if u.count >= 2, u[u.startIndex] == 0x30, u[u.startIndex + 1] | 0x20 == 0x78 { u = u.dropFirst(2) }  // 0x, 0X
+            func byte(_ i: Int) -> UInt8? {
+                guard let hi = hexNibble(u[i]), let lo = hexNibble(u[i + 1]) else { return nil }
+                return hi << 4 | lo
+            }
+            let s = u.startIndex
+            switch u.count {
+            case 4, 8:
+                var b = base
+                var i = s, o = u.count == 4 ? 2 : 0  // a 16-bit UUID is bytes 2 and 3 of the base
+                while i < u.endIndex {
+                    guard let v = byte(i) else { return nil }
+                    b[o] = v
+                    i += 2
+                    o += 1
+                }
+                return b
+            case 36:
+                var b = [UInt8](repeating: 0, count: 16)
+                var i = s, o = 0
+                while i < u.endIndex {
+                    let k = i - s
+                    if k == 8 || k == 13 || k == 18 || k == 23 {
+                        guard u[i] == UInt8(ascii: "-") else { return nil }
+                        i += 1
+                        continue
+                    }
+                    guard let v = byte(i) else { return nil }
+                    b[o] = v
+                    i += 2
+                    o += 1
+                }
+                return b
+            default:
+                return nil
+            }
+        }
+    }
+
+    private init(parsingSlowly text: String) throws(ParseError) {
         var t = Substring(text)
         if t.hasPrefix("0x") || t.hasPrefix("0X") { t = t.dropFirst(2) }
         func hex(_ s: Substring) throws(ParseError) -> [UInt8] {
@@ -95,12 +151,20 @@ public struct BluetoothUUID: Sendable, Hashable, Comparable, CustomStringConvert
 
     /// The full lowercase form BlueZ uses: `0000180f-0000-1000-8000-00805f9b34fb`.
     public var uuidString: String {
-        let h = bytes.map { b -> String in
-            let s = String(b, radix: 16)
-            return b < 16 ? "0" + s : s
-        }.joined()
-        let u = Array(h)
-        return [u[0..<8], u[8..<12], u[12..<16], u[16..<20], u[20..<32]].map { String($0) }.joined(separator: "-")
+        String(unsafeUninitializedCapacity: 36) { out in
+            let digits: StaticString = "0123456789abcdef"
+            var o = 0
+            for (i, b) in bytes.enumerated() {
+                if i == 4 || i == 6 || i == 8 || i == 10 {
+                    out[o] = UInt8(ascii: "-")
+                    o += 1
+                }
+                out[o] = digits.utf8Start[Int(b >> 4)]
+                out[o + 1] = digits.utf8Start[Int(b & 0x0F)]
+                o += 2
+            }
+            return o
+        }
     }
 
     /// The full lowercase form.

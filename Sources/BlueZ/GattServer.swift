@@ -127,6 +127,9 @@ public actor GattServer {
     /// Applications being registered now: the actor is re-entered at each await, and several
     /// events (available, adapter added) ask for registration at once.
     private var registering: Set<String> = []
+    /// The applications in order, readable without entering the actor: control requests
+    /// look characteristics up (`characteristic(_:application:)`) for every notification.
+    private nonisolated let lookup = Mutex<[LocalGattApplication]>([])
     private let logger: Logger
     private let onEvent: @Sendable (GattServerEvent) -> Void
 
@@ -187,6 +190,7 @@ public actor GattServer {
         }
         applications[id] = (app, target.address)
         order.append(id)
+        publishLookup()
         onEvent(.registered(application: id, adapter: target, again: false))
         return app
     }
@@ -195,6 +199,7 @@ public actor GattServer {
     public func remove(_ id: String) async throws(GattServerError) {
         guard let e = applications.removeValue(forKey: id) else { throw .unknownApplication(id) }
         order.removeAll { $0 == id }
+        publishLookup()
         guard let session else { return }
         if let addr = e.registeredOn, let a = session.bluez.adaptersNow.first(where: { $0.address == addr }) {
             _ = try? await session.connection.call(destination: BlueZNames.service, path: a.path, interface: "org.bluez.GattManager1",
@@ -213,12 +218,20 @@ public actor GattServer {
         order.compactMap { applications[$0] }
     }
 
-    /// The characteristic with `uuid` (in application `id`, or the first application that has it).
-    public func characteristic(_ uuid: BluetoothUUID, application id: String? = nil) -> LocalCharacteristic? {
-        for aid in order where id == nil || aid == id {
-            if let c = applications[aid]?.app.characteristics.first(where: { $0.uuid == uuid }) { return c }
+    /// The characteristic with `uuid` (in application `id`, or the first application that has
+    /// it). Nonisolated: a lookup does not wait for the actor (which may be registering).
+    public nonisolated func characteristic(_ uuid: BluetoothUUID, application id: String? = nil) -> LocalCharacteristic? {
+        lookup.withLock { apps in
+            for app in apps where id == nil || app.id == id {
+                if let c = app.characteristics.first(where: { $0.uuid == uuid }) { return c }
+            }
+            return nil
         }
-        return nil
+    }
+
+    private func publishLookup() {
+        let apps = order.compactMap { applications[$0]?.app }
+        lookup.withLock { $0 = apps }
     }
 
     private func register(_ app: LocalGattApplication, on adapter: AdapterInfo) async throws(GattServerError) {

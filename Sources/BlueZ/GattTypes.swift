@@ -108,6 +108,8 @@ public enum GattNotifyError: Error, Sendable, Hashable, CustomStringConvertible 
     case deviceNotSubscribed(BluetoothAddress, perDeviceSupported: Bool)
     /// Writing to the notification socket failed.
     case failed(String)
+    /// Sending several values stopped after `sent` of them (`reason`: why).
+    case interrupted(sent: Int, of: Int, reason: String)
 
     /// A sentence for users.
     public var description: String {
@@ -122,6 +124,7 @@ public enum GattNotifyError: Error, Sendable, Hashable, CustomStringConvertible 
             perDevice ? "device \(d) is not subscribed"
             : "device \(d) has no notification session of its own: this bluetoothd shares one session among all subscribers (per-device notification needs BlueZ 5.69 or newer); notify without --device"
         case .failed(let why): "sending the notification failed: \(why)"
+        case .interrupted(let sent, let total, let why): "\(why) (after \(sent) of \(total) values were sent)"
         }
     }
 }

@@ -71,7 +71,18 @@ public final class LocalCharacteristic: Sendable {
 
     /// Sends `value` to every subscriber (or to `device` only), and stores it as the value.
     public func notify(_ value: [UInt8], device: BluetoothAddress? = nil) async throws(GattNotifyError) {
+        try await notify(values: CollectionOfOne(value), device: device)
+    }
+
+    /// Sends each of `values`, in order, to every subscriber (or to `device` only), and stores
+    /// the last as the value: a stream of notifications in one call.
+    ///
+    /// Every value is checked before the first is sent: when one is too long for a target,
+    /// nothing is sent. When sending stops part way (the central unsubscribed), the error is
+    /// `.interrupted`, saying how many values went out.
+    public func notify(values: some BidirectionalCollection<[UInt8]>, device: BluetoothAddress? = nil) async throws(GattNotifyError) {
         guard definition.has(GattFlag.notifyLike) else { throw .notNotifiable(uuid) }
+        guard let last = values.last else { return }
         let (sessions, dbus, connection, perDevice) = state.withLock { s in
             s.sessions.removeAll { $0.isClosed }
             return (s.sessions, s.dbusSubscribers, s.connection, s.perDeviceNotify)
@@ -84,24 +95,34 @@ public final class LocalCharacteristic: Sendable {
             targets = [session]
         }
         if targets.isEmpty && dbus == 0 { throw .noSubscribers(uuid) }
-        // Every target must take the whole value, or none is sent.
-        if let smallest = targets.min(by: { $0.limit < $1.limit }), value.count > smallest.limit {
-            throw .tooLong(length: value.count, limit: smallest.limit, mtu: smallest.mtu)
+        // Every target must take every value whole, or nothing is sent.
+        let longest = values.reduce(0) { max($0, $1.count) }
+        if let smallest = targets.min(by: { $0.limit < $1.limit }), longest > smallest.limit {
+            throw .tooLong(length: longest, limit: smallest.limit, mtu: smallest.mtu)
         }
-        if targets.isEmpty, value.count > 20 {
-            throw .tooLong(length: value.count, limit: 20, mtu: nil)
+        if targets.isEmpty, longest > 20 {
+            throw .tooLong(length: longest, limit: 20, mtu: nil)
         }
-        guard value.count <= definition.maxLength else { throw .tooLong(length: value.count, limit: definition.maxLength, mtu: nil) }
-        state.withLock { $0.value = value }
-        for t in targets { try await t.send(value) }
-        if targets.isEmpty, let connection {
-            // The D-Bus path: bluetoothd notifies every subscriber when Value changes.
-            do {
-                try connection.emitSignal(path, StandardInterface.properties, "PropertiesChanged",
-                                          [.string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes(value)]), .stringArray([])])
+        guard longest <= definition.maxLength else { throw .tooLong(length: longest, limit: definition.maxLength, mtu: nil) }
+        state.withLock { $0.value = last }
+        var sent = 0
+        for value in values {
+            do throws(GattNotifyError) {
+                for t in targets { try await t.send(value) }
+                if targets.isEmpty, let connection {
+                    // The D-Bus path: bluetoothd notifies every subscriber when Value changes.
+                    do {
+                        try connection.emitSignal(path, StandardInterface.properties, "PropertiesChanged",
+                                                  [.string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes(value)]), .stringArray([])])
+                    } catch {
+                        throw GattNotifyError.failed("\(error)")
+                    }
+                }
             } catch {
-                throw .failed("\(error)")
+                if values.count == 1 { throw error }
+                throw .interrupted(sent: sent, of: values.count, reason: error.description)
             }
+            sent += 1
         }
     }
 

@@ -19,7 +19,22 @@ final class NotifySession: Sendable {
     let mtu: Int
     private let queue: DispatchQueue
     private let readSource: DispatchSourceRead
+    /// Wakes the senders waiting for room in the socket (`waitWritable`). Made once, running
+    /// only while someone waits: a full socket is the normal state when values come faster
+    /// than bluetoothd takes them, so this is on the hot path.
+    private let writeSource: DispatchSourceWrite
     private let closed = Mutex(false)
+    private let writeWait = Mutex(WriteWait())
+
+    private struct WriteWait {
+        /// The write source was activated once (it starts inactive).
+        var activated = false
+        /// The write source runs (activated and not suspended).
+        var running = false
+        /// Set by close: nobody waits any more.
+        var cancelled = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
 
     /// Wraps our end of a socket pair; `onClose` runs once when bluetoothd closes its end.
     init(fd: Int32, device: BluetoothAddress?, mtu: Int, onConfirm: @escaping @Sendable () -> Void,
@@ -29,6 +44,7 @@ final class NotifySession: Sendable {
         self.mtu = mtu
         queue = DispatchQueue(label: "peerlink.notify.\(fd)", target: .global(qos: .userInitiated))
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         readSource.setEventHandler { [weak self] in
             guard let self else { return }
             var buf = [UInt8](repeating: 0, count: 64)
@@ -46,8 +62,20 @@ final class NotifySession: Sendable {
                 return
             }
         }
-        readSource.setCancelHandler { closeQuietly(fd) }
+        writeSource.setEventHandler { [weak self] in self?.writable() }
+        // The descriptor is closed once both sources are cancelled (Dispatch's rule).
+        let sourcesDone = DispatchGroup()
+        sourcesDone.enter()
+        sourcesDone.enter()
+        readSource.setCancelHandler { sourcesDone.leave() }
+        writeSource.setCancelHandler { sourcesDone.leave() }
+        sourcesDone.notify(queue: queue) { closeQuietly(fd) }
         readSource.activate()
+    }
+
+    deinit {
+        // Dispatch does not allow releasing a source that is inactive or suspended.
+        close()
     }
 
     /// The longest value one packet carries (MTU minus the 3-byte ATT header).
@@ -72,22 +100,43 @@ final class NotifySession: Sendable {
         }
     }
 
+    /// Returns once the socket may take a packet (or the session closed).
     private func waitWritable() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let src = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-            let once = Mutex(false)
-            src.setEventHandler {
-                let first = once.withLock { done -> Bool in
-                    if done { return false }
-                    done = true
-                    return true
+            let waiting = writeWait.withLock { w -> Bool in
+                if w.cancelled { return false }
+                w.waiters.append(c)
+                // Suspend and resume are balanced under the lock (an unbalanced resume crashes).
+                if !w.activated {
+                    w.activated = true
+                    w.running = true
+                    writeSource.activate()
+                } else if !w.running {
+                    w.running = true
+                    writeSource.resume()
                 }
-                guard first else { return }
-                src.cancel()
-                c.resume()
+                return true
             }
-            src.activate()
+            guard waiting else { return c.resume() }
+            // Room may have appeared between the failed send and now: do not wait for an event
+            // that was reported before the source ran.
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            if poll(&p, 1, 0) == 1 { writable() }
         }
+    }
+
+    /// Wakes every waiting sender and stops the write source until the next wait.
+    private func writable() {
+        let waiters = writeWait.withLock { w -> [CheckedContinuation<Void, Never>] in
+            let list = w.waiters
+            w.waiters = []
+            if w.running && !w.cancelled {
+                w.running = false
+                writeSource.suspend()
+            }
+            return list
+        }
+        for c in waiters { c.resume() }
     }
 
     /// Closes our end (bluetoothd sees the end of the session).
@@ -97,6 +146,24 @@ final class NotifySession: Sendable {
             c = true
             return true
         }
-        if first { readSource.cancel() }
+        guard first else { return }
+        readSource.cancel()
+        let waiters = writeWait.withLock { w -> [CheckedContinuation<Void, Never>] in
+            w.cancelled = true
+            writeSource.cancel()
+            // A cancelled source runs its cancel handler only once activated and not suspended.
+            if !w.activated {
+                w.activated = true
+                writeSource.activate()
+            } else if !w.running {
+                writeSource.resume()
+            }
+            w.running = true
+            let list = w.waiters
+            w.waiters = []
+            return list
+        }
+        // The senders see the session closed and fail.
+        for c in waiters { c.resume() }
     }
 }

@@ -82,14 +82,24 @@ enum PeripheralCommands {
 
     static let notify = CLICommand(
         ["gatt", "notify"], abstract: "Set a characteristic's value and notify (or indicate) it to subscribed centrals.",
-        discussion: "A value longer than one notification carries (ATT MTU - 3) is an error, never cut. --device sends to one central only (needs BlueZ 5.69+).",
+        discussion: "A value longer than one notification carries (ATT MTU - 3) is an error, never cut. Several values are sent in order, one notification each, in one request (every value is checked before the first is sent). --device sends to one central only (needs BlueZ 5.69+).",
         options: [hexFlag, appOption, .value("device", valueName: "address", parser: .nonEmptyString, help: "Notify only this central.")],
-        arguments: characteristicArguments,
+        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
+                    Positional("value", repeating: true, help: "The value (UTF-8 text, or hex with --hex); several: one notification each, in order.")],
         action: .call(request: { v throws(CLIError) in
             var p = characteristicParams(v)
+            let values = v.strings("value")
+            if values.count > 1 {
+                p["value"] = nil
+                p["value_hex"] = nil
+                p[v.flag("hex") ? "values_hex" : "values"] = .array(values.map { .string($0) })
+            }
             if let d = v.string("device") { p["device"] = .string(d) }
             return RPCCall(method: "gatt.notify", params: p)
-        }, render: { r in "notified \(r["length"]?.intValue ?? 0) bytes to \(r["subscribers"]?.intValue ?? 0) subscriber(s)" }))
+        }, render: { r in
+            let count = r["count"]?.intValue ?? 1
+            return "notified \(count == 1 ? "" : "\(count) values, ")\(r["length"]?.intValue ?? 0) bytes to \(r["subscribers"]?.intValue ?? 0) subscriber(s)"
+        }))
 
     static let advertiseStart = CLICommand(
         ["advertise", "start"], abstract: "Start an LE advertisement.",

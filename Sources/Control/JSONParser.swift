@@ -245,28 +245,36 @@ struct JSONParser {
         let start = index
         index += 1
         let contentStart = index
-        // Fast path: scan to the closing quote; fall back when an escape appears.
-        while index < bytes.count {
-            let b = bytes[index]
-            if b == UInt8(ascii: "\"") {
-                let raw = UnsafeBufferPointer(rebasing: bytes[contentStart..<index])
-                index += 1
-                return try makeString(raw, stringStart: start)
+        // Fast path: scan to the closing quote, noting whether every byte is ASCII; fall back
+        // when an escape appears. Long strings (base64 values) make this loop the parser's
+        // hottest: one table look-up a byte finds the quote, a backslash or a control character.
+        var seen: UInt8 = 0
+        let n = bytes.count
+        var i = index
+        while i < n {
+            let b = bytes[i]
+            if Self.stopsString[Int(b)] {
+                index = i
+                if b == UInt8(ascii: "\"") {
+                    let raw = UnsafeBufferPointer(rebasing: bytes[contentStart..<index])
+                    index += 1
+                    return try makeString(raw, ascii: seen < 0x80, stringStart: start)
+                }
+                if b == UInt8(ascii: "\\") { return try parseEscapedString(stringStart: start, contentStart: contentStart) }
+                throw fail("control character \(hex(b)) in string must be escaped")
             }
-            if b == UInt8(ascii: "\\") { return try parseEscapedString(stringStart: start, contentStart: contentStart) }
-            if b < 0x20 { throw fail("control character \(hex(b)) in string must be escaped") }
-            index += 1
+            seen |= b
+            i += 1
         }
+        index = i
         throw fail("unterminated string", at: start)
     }
 
-    private func makeString(_ raw: UnsafeBufferPointer<UInt8>, stringStart: Int) throws(JSONParseError) -> String {
+    /// The bytes that end the fast scan of a string: `"`, `\` and the control characters.
+    private static let stopsString: [Bool] = (0...255).map { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }
+
+    private func makeString(_ raw: UnsafeBufferPointer<UInt8>, ascii: Bool, stringStart: Int) throws(JSONParseError) -> String {
         // ASCII needs no validation; anything else is checked as UTF-8.
-        var ascii = true
-        for b in raw where b >= 0x80 {
-            ascii = false
-            break
-        }
         if ascii { return String(decoding: raw, as: UTF8.self) }
         guard let s = String(validating: raw, as: UTF8.self) else {
             throw fail("invalid UTF-8 in string", at: stringStart)

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Splits a byte stream into newline-terminated lines: the control protocol's framing.
 ///
 /// A state machine fed with whatever chunks the socket delivers (`append`) and drained
@@ -60,12 +66,9 @@ public struct LineFramer: Sendable {
     /// Throws `.lineTooLong` once per over-long line (see the type's documentation).
     public mutating func nextLine() throws(Failure) -> [UInt8]? {
         let newline = buffer.withUnsafeBufferPointer { buf -> Int? in
-            var i = scanned
-            while i < buf.count {
-                if buf[i] == 0x0A { return i }
-                i += 1
-            }
-            return nil
+            guard scanned < buf.count, let base = buf.baseAddress,
+                  let hit = memchr(base + scanned, 0x0A, buf.count - scanned) else { return nil }
+            return base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
         }
         guard let newline else {
             scanned = buffer.count

@@ -65,33 +65,32 @@ final class GattCapability: DaemonCapability {
         }
         ctx.register("gatt.set") { params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "app"])
-            let c = try await Self.characteristic(params, gatt)
+            let c = try Self.characteristic(params, gatt)
             let v = try Self.value(params)
             do { try c.setValue(v) } catch { throw RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: value: \(error)", data: ["kind": "too-long"]) }
             return Self.valueJSON(v, extra: ["uuid": .string(c.uuid.uuidString), "app": .string(c.application)])
         }
         ctx.register("gatt.notify") { params, _ throws(RPCError) in
-            try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "app", "device"])
-            let c = try await Self.characteristic(params, gatt)
-            let v = try Self.value(params)
+            try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"])
+            let c = try Self.characteristic(params, gatt)
+            let values = try Self.notifyValues(params)
             var device: BluetoothAddress?
             if let d = try params.optionalString("device") {
                 guard let a = BluetoothAddress(d) else { throw .invalidParams("device", "expected an address like 00:AA:01:01:00:01, got \"\(d)\"") }
                 device = a
             }
-            do {
-                try await c.notify(v, device: device)
-            } catch let e as GattNotifyError {
-                throw Self.rpc(e)
+            do throws(GattNotifyError) {
+                try await c.notify(values: values, device: device)
             } catch {
-                throw .internalError("\(error)")
+                throw Self.rpc(error)
             }
-            return ["uuid": .string(c.uuid.uuidString), "app": .string(c.application), "length": .int(Int64(v.count)),
+            return ["uuid": .string(c.uuid.uuidString), "app": .string(c.application),
+                    "length": .int(Int64(values.reduce(0) { $0 + $1.count })), "count": .int(Int64(values.count)),
                     "subscribers": .int(Int64(c.subscriberCount))]
         }
         ctx.register("gatt.handle-reads") { [weak self] params, rc throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "app", "enable"])
-            let c = try await Self.characteristic(params, gatt)
+            let c = try Self.characteristic(params, gatt)
             let enable = try params.optionalBool("enable") ?? true
             let key = "\(c.application)/\(c.uuid)"
             if enable {
@@ -210,12 +209,12 @@ final class GattCapability: DaemonCapability {
 
     // MARK: Helpers
 
-    static func characteristic(_ params: RPCParams, _ gatt: GattServer) async throws(RPCError) -> LocalCharacteristic {
+    static func characteristic(_ params: RPCParams, _ gatt: GattServer) throws(RPCError) -> LocalCharacteristic {
         let text = try params.string("uuid")
         let uuid: BluetoothUUID
         do { uuid = try BluetoothUUID(parsing: text) } catch { throw .invalidParams("uuid", error.description) }
         let app = try params.optionalString("app")
-        guard let c = await gatt.characteristic(uuid, application: app) else {
+        guard let c = gatt.characteristic(uuid, application: app) else {
             throw RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: uuid: no characteristic \(uuid)\(app.map { " in application \($0)" } ?? "") is registered",
                            data: ["kind": "unknown-characteristic", "uuid": .string(uuid.uuidString)])
         }
@@ -224,20 +223,56 @@ final class GattCapability: DaemonCapability {
 
     /// `value` (UTF-8), `value_hex` or `value_base64`: exactly one.
     static func value(_ params: RPCParams) throws(RPCError) -> [UInt8] {
-        let given = ["value", "value_hex", "value_base64"].filter { params.values[$0] != nil && params.values[$0] != .null }
+        let given = given(params, ["value", "value_hex", "value_base64"])
         guard given.count == 1 else {
             throw .invalidParams("value", given.isEmpty ? "required: give value (UTF-8 text), value_hex or value_base64" : "give one of \(given.joined(separator: ", ")), not several")
         }
         let text = try params.string(given[0])
-        switch given[0] {
-        case "value": return Array(text.utf8)
-        case "value_hex":
-            guard let b = parseHex(text) else { throw .invalidParams("value_hex", "not hex: expected pairs of 0-9a-f") }
-            return b
-        default:
-            guard let d = Data(base64Encoded: text) else { throw .invalidParams("value_base64", "not valid base64") }
-            return Array(d)
+        guard let v = decode(text, as: given[0]) else { throw .invalidParams(given[0], notDecodable(given[0])) }
+        return v
+    }
+
+    /// The values of `gatt.notify`: one of `value`, `value_hex`, `value_base64` (one value) or
+    /// `values`, `values_hex`, `values_base64` (a non-empty array of them, sent in order).
+    static func notifyValues(_ params: RPCParams) throws(RPCError) -> [[UInt8]] {
+        let given = given(params, ["value", "value_hex", "value_base64", "values", "values_hex", "values_base64"])
+        guard given.count == 1 else {
+            throw .invalidParams("value", given.isEmpty
+                ? "required: give value (UTF-8 text), value_hex or value_base64, or an array of them as values, values_hex or values_base64"
+                : "give one of \(given.joined(separator: ", ")), not several")
         }
+        let key = given[0]
+        guard key.hasPrefix("values") else { return [try value(params)] }
+        let form = "value" + key.dropFirst("values".count)  // values_hex -> value_hex
+        guard let items = params[key]?.arrayValue, !items.isEmpty else {
+            throw .invalidParams(key, "expected a non-empty array of strings")
+        }
+        var out: [[UInt8]] = []
+        out.reserveCapacity(items.count)
+        for (i, item) in items.enumerated() {
+            guard let text = item.stringValue else { throw .invalidParams(key, "expected strings, got \(item.typeName) at index \(i)") }
+            guard let v = decode(text, as: form) else { throw .invalidParams(key, "\(notDecodable(form)) at index \(i)") }
+            out.append(v)
+        }
+        return out
+    }
+
+    /// Which of `keys` are given (present and not null).
+    private static func given(_ params: RPCParams, _ keys: [String]) -> [String] {
+        keys.filter { params[$0] != nil }
+    }
+
+    /// `text` decoded as the form `value`, `value_hex` or `value_base64`; nil when it is not.
+    private static func decode(_ text: String, as form: String) -> [UInt8]? {
+        switch form {
+        case "value": Array(text.utf8)
+        case "value_hex": parseHex(text)
+        default: Data(base64Encoded: text).map { Array($0) }
+        }
+    }
+
+    private static func notDecodable(_ form: String) -> String {
+        form == "value_hex" ? "not hex: expected pairs of 0-9a-f" : "not valid base64"
     }
 
     static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
@@ -284,6 +319,8 @@ final class GattCapability: DaemonCapability {
         case .tooLong: kind = "too-long"
         case .deviceNotSubscribed: kind = "device-not-subscribed"
         case .failed: kind = "failed"
+        case .interrupted(let sent, _, _):
+            return RPCError(code: RPCErrorCode.invalidState, message: e.description, data: ["kind": "interrupted", "sent": .int(Int64(sent))])
         }
         return RPCError(code: RPCErrorCode.invalidState, message: e.description, data: ["kind": .string(kind)])
     }

@@ -1,4 +1,5 @@
 import BLE
+import Foundation
 import Testing
 
 @Suite struct AddressTests {
@@ -41,9 +42,29 @@ import Testing
         #expect(u32.uuidString == "12345678-0000-1000-8000-00805f9b34fb")
     }
 
+    /// The fast reading of the common forms agrees with the general one, and formatting
+    /// round-trips.
+    @Test func commonFormsRoundTrip() throws {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            let bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            let u = try #require(BluetoothUUID(bytes: bytes))
+            let text = bytes.map { String(format: "%02x", $0) }.joined()
+            let dashed = [text.prefix(8), text.dropFirst(8).prefix(4), text.dropFirst(12).prefix(4), text.dropFirst(16).prefix(4), text.dropFirst(20)].joined(separator: "-")
+            #expect(u.uuidString == dashed)
+            #expect(try BluetoothUUID(parsing: dashed) == u && BluetoothUUID(parsing: dashed.uppercased()) == u)
+            #expect(try BluetoothUUID(parsing: "0x" + dashed) == u)
+        }
+        #expect(try BluetoothUUID(parsing: "0X2A37") == BluetoothUUID(uuid16: 0x2A37))
+        #expect(try BluetoothUUID(parsing: "0000fEaA") == BluetoothUUID(uuid16: 0xFEAA))
+        #expect(try BluetoothUUID(parsing: "ABCDEF01").uuidString == "abcdef01-0000-1000-8000-00805f9b34fb")
+    }
+
     @Test(arguments: [
         ("", "empty"), ("18F", "expected 4 hex digits"), ("180G", "'G' is not a hex digit"),
         ("c4fb2349-72fe-4ca2-94d61f3cb16331ee-", "expected the form"), ("c4fb234972fe4ca294d61f3cb16331ee", "got 32 characters"),
+        ("c4fb2349-72fe-4ca2-94d6-1f3cb16331eg", "'g' is not a hex digit"), ("c4fb2349+72fe-4ca2-94d6-1f3cb16331ee", "expected the form"),
+        ("0x", "empty"), ("18é", "expected 4 hex digits"), ("180-", "'-' is not a hex digit"),
     ])
     func rejectsMalformed(_ text: String, _ reason: String) {
         do {

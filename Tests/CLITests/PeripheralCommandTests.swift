@@ -19,6 +19,10 @@ import Testing
         #expect(try request(["gatt", "notify", "--hex", "2A19", "0a0b", "--device", "00:AA:01:01:00:01"])
             == RPCCall(method: "gatt.notify", params: ["uuid": "2A19", "value_hex": "0a0b", "device": "00:AA:01:01:00:01"]))
         #expect(try request(["gatt", "set", "--app", "app2", "2A19", "x"]) == RPCCall(method: "gatt.set", params: ["uuid": "2A19", "value": "x", "app": "app2"]))
+        // Several values: one request, one notification each, in order.
+        #expect(try request(["gatt", "notify", "2A19", "a", "b", "c"]) == RPCCall(method: "gatt.notify", params: ["uuid": "2A19", "values": ["a", "b", "c"]]))
+        #expect(try request(["gatt", "notify", "--hex", "2A19", "01", "0203"]) == RPCCall(method: "gatt.notify", params: ["uuid": "2A19", "values_hex": ["01", "0203"]]))
+        #expect(throws: UsageError.self) { try request(["gatt", "notify", "2A19"]) }
     }
 
     @Test func gattRegisterSendsTheFileAndNamesItOnErrors() throws {

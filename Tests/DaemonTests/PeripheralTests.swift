@@ -1,6 +1,7 @@
 import Control
 import DBus
 import Foundation
+import Synchronization
 import SystemKit
 import Testing
 import TestSupport
@@ -127,6 +128,117 @@ import Glibc
         _ = try r.daemon.call("gatt.unregister", ["id": "app1"])
         #expect(r.managers.box.state.withLock { $0.appRoot } == nil)
         #expect(try r.daemon.call("gatt.list")["applications"]?.arrayValue?.isEmpty == true)
+    }
+
+    /// Subscribes through AcquireNotify (MTU 100: values up to 97 bytes) and returns our copy
+    /// of bluetoothd's end of the socket.
+    static func acquire(_ r: Rig) async throws -> Int32 {
+        let c = try #require(r.managers.object("org.bluez.GattCharacteristic1", uuid: Self.chr))
+        let acquired = try await r.managers.callCharacteristic(c, "AcquireNotify", [FakePeripheralManagers.options(mtu: 100)])
+        guard case .unixFD(let fd) = acquired[0] else { throw TestSupportError("no fd") }
+        return try fd.duplicate()
+    }
+
+    /// The next packet on a notification socket, nil when none comes within `timeout` seconds.
+    static func packet(_ fd: Int32, timeout: Double = 5) throws -> [UInt8]? {
+        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: Int32(timeout * 1000)) else { return nil }
+        var buf = [UInt8](repeating: 0, count: 600)
+        let n = read(fd, &buf, buf.count)
+        return n < 0 ? nil : Array(buf[0..<n])
+    }
+
+    @Test func notifyManyValuesAtOnce() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        _ = try r.daemon.call("gatt.register", ["definition": Self.definition])
+        let raw = try await Self.acquire(r)
+        defer { closeQuietly(raw) }
+
+        // values / values_hex / values_base64: one packet each, in order; the last is stored.
+        let res = try r.daemon.call("gatt.notify", ["uuid": .string(Self.chr), "values_hex": ["01", "0203", "04 05 06"]])
+        #expect(res["count"] == 3 && res["length"] == 6 && res["subscribers"] == 1, "\(res)")
+        for expected: [UInt8] in [[1], [2, 3], [4, 5, 6]] { #expect(try Self.packet(raw) == expected) }
+        _ = try r.daemon.call("gatt.notify", ["uuid": .string(Self.chr), "values": ["a", "bc"]])
+        _ = try r.daemon.call("gatt.notify", ["uuid": .string(Self.chr), "values_base64": ["AQI=", "Aw=="]])
+        for expected: [UInt8] in [Array("a".utf8), Array("bc".utf8), [1, 2], [3]] { #expect(try Self.packet(raw) == expected) }
+        #expect(try r.daemon.call("gatt.notify", ["uuid": .string(Self.chr), "value": "one"])["count"] == 1)
+        #expect(try Self.packet(raw) == Array("one".utf8))
+        let stored = try r.daemon.call("gatt.list")["applications"]?.arrayValue?.first?["services"]?.arrayValue?.first?["characteristics"]?.arrayValue?.first
+        #expect(stored?["value_hex"] == "6f6e65", "the last value sent is the stored value")
+
+        // Every value is checked first: one too long (98 > MTU 100 - 3) and nothing is sent.
+        func refused(_ params: [String: JSONValue]) throws -> RPCError? {
+            do {
+                _ = try r.daemon.call("gatt.notify", params)
+                return nil
+            } catch let e as RPCError { return e }
+        }
+        let tooLong = try refused(["uuid": .string(Self.chr), "values_hex": ["01", .string(String(repeating: "00", count: 98)), "02"]])
+        #expect(tooLong?.data?["kind"] == "too-long" && tooLong?.message.contains("at most 97") == true, "\(String(describing: tooLong))")
+        #expect(try Self.packet(raw, timeout: 0.3) == nil, "nothing of a refused batch is sent")
+        // The forms exclude each other; the arrays hold strings of their form and are not empty.
+        #expect(try refused(["uuid": .string(Self.chr), "value": "x", "values": ["y"]])?.message.contains("not several") == true)
+        #expect(try refused(["uuid": .string(Self.chr), "values": []])?.data?["param"] == "values")
+        #expect(try refused(["uuid": .string(Self.chr), "values": ["x", 1]])?.message.contains("index 1") == true)
+        #expect(try refused(["uuid": .string(Self.chr), "values_hex": ["0g"]])?.message.contains("not hex") == true)
+        #expect(try refused(["uuid": .string(Self.chr), "values_base64": ["@@"]])?.message.contains("not valid base64") == true)
+        #expect(try refused(["uuid": .string(Self.chr)])?.message.contains("values_base64") == true, "the error names both forms")
+        #expect(try Self.packet(raw, timeout: 0.3) == nil)
+
+        // bluetoothd leaving in the middle of a long batch: the reply says how many went out.
+        // The socket holds a few hundred packets (its send buffer); the rest wait for room that
+        // never comes.
+        let client = try RawClient(r.daemon.socketPath)
+        let many = JSONValue.array((0..<2000).map { _ in .string(String(repeating: "ab", count: 90)) })
+        try client.send(RPCRequest(id: 1, method: "gatt.notify", params: ["uuid": .string(Self.chr), "values_hex": many]).encodedLine())
+        try await Task.sleep(for: .milliseconds(300))
+        shutdown(raw, Int32(SHUT_RDWR))
+        let reply = try #require(try client.readJSON(timeout: 10))
+        let sent = reply["error"]?["data"]?["sent"]?.intValue ?? -1
+        #expect(reply["error"]?["data"]?["kind"] == "interrupted" && sent >= 1 && sent < 2000, "\(reply)")
+        #expect(reply["error"]?["message"]?.stringValue?.contains("after \(sent) of 2000 values were sent") == true, "\(reply)")
+    }
+
+    /// Many requests in flight on one connection, against a receiver slower than the sender (the
+    /// daemon waits for room in the socket most of the time): every reply, in order, and every
+    /// value, in order.
+    @Test func pipelinedNotificationsKeepTheirOrder() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        _ = try r.daemon.call("gatt.register", ["definition": Self.definition])
+        let raw = try await Self.acquire(r)
+        defer { closeQuietly(raw) }
+        let n = 1000
+        var lines: [UInt8] = []
+        for i in 1...n {
+            // Single values and small batches of two, mixed.
+            let params: [String: JSONValue] = i % 4 == 0
+                ? ["uuid": .string(Self.chr), "values": [.string("v\(i)a"), .string("v\(i)b")]]
+                : ["uuid": .string(Self.chr), "value": .string("v\(i)")]
+            lines += RPCRequest(id: .int(Int64(i)), method: "gatt.notify", params: params).encodedLine()
+        }
+        let client = try RawClient(r.daemon.socketPath)
+        try client.send(lines)
+        // The receiver starts late and reads slowly at first.
+        let received = Mutex<[String]>([])
+        let expectedCount = n + n / 4
+        let reader = Thread {
+            Thread.sleep(forTimeInterval: 0.2)
+            while received.withLock({ $0.count }) < expectedCount {
+                guard let p = try? Self.packet(raw, timeout: 10) else { return }
+                received.withLock { $0.append(String(decoding: p, as: UTF8.self)) }
+                if received.withLock({ $0.count }) < 50 { Thread.sleep(forTimeInterval: 0.002) }
+            }
+        }
+        reader.start()
+        for i in 1...n {
+            let reply = try #require(try client.readJSON(timeout: 20))
+            #expect(reply["id"] == .int(Int64(i)) && reply["result"]?["count"] == .int(i % 4 == 0 ? 2 : 1), "\(reply)")
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while received.withLock({ $0.count }) < expectedCount && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let want = (1...n).flatMap { i in i % 4 == 0 ? ["v\(i)a", "v\(i)b"] : ["v\(i)"] }
+        #expect(received.withLock { $0 } == want)
     }
 
     @Test func badDefinitionLeavesNothing() async throws {

@@ -4,6 +4,7 @@
 # with the same receiver every time (notify_bench.py central: python3-dbus, AcquireNotify
 # on the remote characteristic, counts packets and bytes from the first to the last):
 #   ours_510 / ours_20   a control client pipelining gatt.notify (64 in flight) to peerlinkd
+#   ours_510_values16    the same with the array form: 16 values a request (still 64 in flight)
 #   fd_baseline_510      Python peripheral writing to the AcquireNotify fd (NotifyAcquired)
 #   dbus_baseline_20     Python peripheral emitting PropertiesChanged on Value (bluezero way)
 # Plus the daemon's RSS while it notifies.  No timing assertions: exit 0 when everything was
@@ -72,11 +73,16 @@ cat >"$LAB_OUT/app.json" <<JSON
 JSON
 expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
 RSS_MAX=0
-# ours_510 and ours_20 send one request a line; ours_510_batch16 (for comparison) sends
-# JSON-RPC batches of 16 requests a line.
-for run_ in 510:1 20:1 510:16; do
-    size=${run_%:*}; batch=${run_#*:}
-    name=ours_$size; [ "$batch" = 1 ] || name=ours_${size}_batch$batch
+# ours_510 and ours_20 send one value a request; ours_510_values16 sends 16 a request
+# (gatt.notify's values_base64).  BENCH_BATCH=1 adds ours_510_batch16 (JSON-RPC batches of
+# 16 single-value requests a line; it measured the same as ours_510 in the last runs).
+RUNS="510:1:1 20:1:1 510:1:16"
+[ "${BENCH_BATCH:-0}" = 1 ] && RUNS="$RUNS 510:16:1"
+for run_ in $RUNS; do
+    IFS=: read -r size batch values <<<"$run_"
+    name=ours_$size
+    [ "$batch" = 1 ] || name=${name}_batch$batch
+    [ "$values" = 1 ] || name=${name}_values$values
     note "$name: $COUNT notifications of $size bytes through peerlinkd"
     receiver "$name" $SVC_OURS "$size"
     expect_rc 0 pl p advertise start --name plbench --service $SVC_OURS
@@ -92,7 +98,7 @@ for run_ in 510:1 20:1 510:16; do
         || fail "$name: the daemon has no subscriber"
     cpu_mark "$PID"
     run timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
-        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --pid "$PID"
+        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --values "$values" --pid "$PID"
     [ "$RUN_RC" = 0 ] || fail "$name: the control client failed (rc $RUN_RC): $RUN_OUT"
     rss=$(sed -n 's/.*rss_max_kb=\([0-9]*\).*/\1/p' <<<"$RUN_OUT")
     [ -n "$rss" ] && [ "$rss" -gt 0 ] || fail "$name: no RSS sample of pid $PID: $RUN_OUT"
@@ -134,12 +140,14 @@ baseline dbus_baseline_20 dbus $SVC_DBUS 20
 
 # ---- side by side ------------------------------------------------------------------------------
 "$PY3" - "${BPS[ours_510]}" "${BPS[fd_baseline_510]}" "${BPS[dbus_baseline_20]}" \
-    "${RATE[ours_20]}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" <<'PY' || fail "ratios"
+    "${RATE[ours_20]}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" "${BPS[ours_510_values16]}" <<'PY' || fail "ratios"
 import sys
-ours, fd, dbus, ours20, dbus20, rss = map(float, sys.argv[1:])
+ours, fd, dbus, ours20, dbus20, rss, values16 = map(float, sys.argv[1:])
 print(f"bench notify.ratio_vs_fd_bytes={ours / fd:.2f}")
+print(f"bench notify.ratio_vs_fd_bytes_values16={values16 / fd:.2f}")
 # Payload bytes per second: ours at 510 bytes against the D-Bus path at 20 (what each way delivers).
 print(f"bench notify.ratio_vs_dbus_rate={ours / dbus:.1f}")
+print(f"bench notify.ratio_vs_dbus_rate_values16={values16 / dbus:.1f}")
 # The same 20-byte payload on both: notifications per second.
 print(f"bench notify.ratio_vs_dbus_rate_20={ours20 / dbus20:.2f}")
 print(f"bench notify.daemon_rss_mb={rss / 1024:.1f}")

@@ -26,15 +26,19 @@
                 end of a SOCK_SEQPACKET pair and each packet written is one notification.
         Prints SENT n=N seconds=T, then keeps running until killed.
 
-    notify_bench.py client --socket PATH --char UUID --count N --size S [--window W] [--batch B] [--pid PID]
+    notify_bench.py client --socket PATH --char UUID --count N --size S [--window W] [--batch B]
+                           [--values V] [--pid PID]
         Ours: a control client that pipelines `gatt.notify` requests (value_base64) to
-        peerlinkd, at most W unanswered at once (with B > 1: JSON-RPC batches of B a line), reads the replies as they come and stops at
-        the first error reply.  Samples VmRSS of PID (the daemon) every 0.1 s.  Prints
+        peerlinkd, at most W values unanswered at once (with B > 1: JSON-RPC batches of B
+        requests a line; with V > 1: the array form, V values a request in values_base64),
+        reads the replies as they come and stops at the first error reply.  Samples VmRSS of
+        PID (the daemon) every 0.1 s.  Prints
             CLIENT sent=N ok=K seconds=T rate=R rss_max_kb=X hwm_kb=Y
         Exit 0 when every request was answered without error, 1 otherwise.
 """
 import argparse
 import os
+import re
 import select
 import socket
 import struct
@@ -388,17 +392,31 @@ def client(a):
     import base64
 
     reqs = []
-    for i in range(a.count):
-        v = base64.b64encode(payload(i, a.size)).decode()
-        reqs.append('{"jsonrpc":"2.0","id":%d,"method":"gatt.notify","params":{"uuid":"%s","value_base64":"%s"}}'
-                    % (i + 1, a.char, v))
+    per = []  # values in each request
+    if a.values <= 1:
+        for i in range(a.count):
+            v = base64.b64encode(payload(i, a.size)).decode()
+            reqs.append('{"jsonrpc":"2.0","id":%d,"method":"gatt.notify","params":{"uuid":"%s","value_base64":"%s"}}'
+                        % (i + 1, a.char, v))
+            per.append(1)
+    else:
+        # --values V: the array form, V values a request (one notification each, in order).
+        for i in range(0, a.count, a.values):
+            vs = ",".join('"%s"' % base64.b64encode(payload(j, a.size)).decode() for j in range(i, min(i + a.values, a.count)))
+            reqs.append('{"jsonrpc":"2.0","id":%d,"method":"gatt.notify","params":{"uuid":"%s","values_base64":[%s]}}'
+                        % (len(reqs) + 1, a.char, vs))
+            per.append(min(a.values, a.count - i))
     # --batch 1: one request a line; --batch N: JSON-RPC batches (arrays) of N requests a line.
+    # sizes: values a line carries (the window counts values in flight).
     if a.batch <= 1:
         lines = [(r + "\n").encode() for r in reqs]
-        sizes = [1] * len(lines)
+        sizes = per
     else:
         lines = [("[" + ",".join(reqs[i:i + a.batch]) + "]\n").encode() for i in range(0, len(reqs), a.batch)]
-        sizes = [len(reqs[i:i + a.batch]) for i in range(0, len(reqs), a.batch)]
+        sizes = [sum(per[i:i + a.batch]) for i in range(0, len(reqs), a.batch)]
+    size_of = {}  # request id -> values
+    for n, k in enumerate(per):
+        size_of[n + 1] = k
 
     def rss():
         if not a.pid:
@@ -421,7 +439,7 @@ def client(a):
     t0 = time.monotonic()
     try:
         while ok < a.count and error is None:
-            while nline < len(lines) and sent - ok < a.window:
+            while nline < len(lines) and (sent - ok < a.window if a.values <= 1 else sent - ok + sizes[nline] <= max(a.window, sizes[nline])):
                 s.sendall(lines[nline])
                 sent += sizes[nline]
                 nline += 1
@@ -437,7 +455,12 @@ def client(a):
                 if b'"error"' in r:
                     error = r.decode(errors="replace")[:400]
                     break
-                ok += r.count(b'"result"') if a.batch > 1 else 1
+                if a.values > 1:
+                    # every reply of the array form: count the values its request carried
+                    for rid in re.findall(rb'"id":(\d+)', r):
+                        ok += size_of.get(int(rid), 0)
+                else:
+                    ok += r.count(b'"result"') if a.batch > 1 else 1
             now = time.monotonic()
             if now - t_sample >= 0.1:
                 t_sample = now
@@ -482,6 +505,7 @@ def main():
     k.add_argument("--size", type=int, required=True)
     k.add_argument("--window", type=int, default=64)
     k.add_argument("--batch", type=int, default=1)
+    k.add_argument("--values", type=int, default=1)
     k.add_argument("--pid", type=int, default=0)
     k.add_argument("--timeout", type=float, default=30)
     a = ap.parse_args()

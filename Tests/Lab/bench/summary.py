@@ -15,7 +15,9 @@ import sys
 
 TARGETS = {
     "notify.ratio_vs_fd_bytes": ">= 0.90",
+    "notify.ratio_vs_fd_bytes_values16": ">= 0.90",
     "notify.ratio_vs_dbus_rate": ">= 50",
+    "notify.ratio_vs_dbus_rate_values16": ">= 50",
     "notify.daemon_rss_mb": "< 20",
     "central.ratio_vs_fd_bytes": ">= 0.90",
     "central.first_read_ratio_vs_python": "(lower is faster)",
