@@ -52,13 +52,13 @@ heading "daemon b on hci1: the reference central (CBCentralManager's tutorial) a
 # (Tests/Lab/README.md): b scans first, then a advertises again.
 pl a advertise stop >/dev/null
 show scan --service $SVC --count 1
-pl_watch b --json scan --service $SVC --count 1 --timeout 60 >/tmp/demo-scan &
+pl_watch b --json scan --service $SVC --count 1 --timeout 90 >"$(log_of demo-scan)" &
 scan_pid=$!
 sleep 3
-pl a advertise start --name "$NAME" --service $SVC >/dev/null || fail "advertise start failed"
-wait "$scan_pid" || fail "daemon b did not find the peripheral: $(cat /tmp/demo-scan)"
-ADDR=$("$PY3" -c 'import json,sys; print(json.loads(open("/tmp/demo-scan").readline())["address"])')
-echo "found $ADDR: $(cat /tmp/demo-scan)"
+advertise_until_seen a demo-scan '"address"' --name "$NAME" --service $SVC || fail "daemon b did not find the peripheral"
+wait "$scan_pid" || fail "daemon b's scan failed: $(cat "$(log_of demo-scan)")"
+ADDR=$("$PY3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["address"])' "$(log_of demo-scan)")
+echo "found $ADDR: $(cat "$(log_of demo-scan)")"
 show connect "$ADDR"
 pl b connect "$ADDR" || fail "connect failed"
 show services "$ADDR"

@@ -236,3 +236,17 @@ adapter_prop() { bluez_prop "/org/bluez/$1" org.bluez.Adapter1 "$2"; }
 adapter_addr() { adapter_prop "$1" Address; }
 # adapter_powered hciN: true|false
 adapter_powered() { adapter_prop "$1" Powered; }
+
+# advertise_until_seen DAEMON LOG TEXT ARGS...: `peerlink advertise start ARGS` on DAEMON, then
+# wait until the spawned LOG contains TEXT; if it does not within 15 s, stop and start the
+# advertisement again (up to 4 times). The emulator reports an advertiser to a scanner only
+# when one of them is (re)enabled and in about one run in five misses even that (README).
+advertise_until_seen() {
+    local daemon=$1 log=$2 text=$3 try; shift 3
+    for try in 1 2 3 4; do
+        [ "$try" = 1 ] || { note "not seen yet: advertising again (try $try)"; pl "$daemon" advertise stop >/dev/null; }
+        pl "$daemon" advertise start "$@" >/dev/null || return 1
+        wait_log 15 "$log" "$text" && return 0
+    done
+    return 1
+}

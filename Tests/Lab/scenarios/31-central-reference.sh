@@ -19,8 +19,7 @@ spawn events pl_watch c --json watch --topic central
 note "scan for the reference service (scanner first), then the peripheral advertises"
 spawn scan pl_watch c --json scan --service $SVC --count 1 --timeout 90
 wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan)")"
-expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
-wait_log 60 scan '"address"' || fail "the reference peripheral was not found: $(cat "$(log_of scan)")"
+advertise_until_seen p scan '"address"' --name "$NAME" --service $SVC || fail "the reference peripheral was not found: $(cat "$(log_of scan)")"
 ADDR=$(grep -m1 '^{' "$(log_of scan)" | py3 -c 'import json,sys; print(json.load(sys.stdin)["address"])')
 assert_eq "$ADDR" "$(adapter_addr hci1)" "the first match is the peripheral on hci1"
 assert_contains "$(cat "$(log_of scan)")" "$(echo $SVC | tr A-Z a-z)" "the discovery names the service"

@@ -23,8 +23,7 @@ expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
 note "find the peripheral (scanner first)"
 spawn scan0 pl_watch c --json scan --service $SVC --count 1 --timeout 90
 wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan0)")"
-expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
-wait_log 60 scan0 "\"$ADDR\"" || fail "the peripheral was not found: $(cat "$(log_of scan0)")"
+advertise_until_seen p scan0 "\"$ADDR\"" --name "$NAME" --service $SVC || fail "the peripheral was not found: $(cat "$(log_of scan0)")"
 note "keep-connected: the peripheral disappears mid-subscription and comes back"
 spawn events pl_watch c --json watch --topic central
 sleep 1
@@ -78,8 +77,10 @@ wait_log 30 scan "scan resumed on hci0" || fail "the scan did not resume: $(cat 
 wait_for 20 discovering || fail "hci0 is not discovering after the restart (busctl)"
 # The peripheral advertises only now that discovery is back: only the resumed scan can see it
 # (its daemon may still be catching up with the new bluetoothd: retried for a while).
-wait_for 20 pl p advertise start --name "$NAME" --service $SVC || fail "advertise after the restart failed"
-wait_log 60 scan "\"$ADDR\"" || fail "the resumed scan did not find the peripheral: $(cat "$(log_of scan)")"
+wait_for 20 pl p adapter list || fail "the peripheral's daemon does not answer"
+wait_for 20 sh -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket p)' adapter list | grep -q hci1" || fail "hci1 not back in the peripheral's daemon"
+advertise_until_seen p scan "\"$ADDR\"" --name "$NAME" --service $SVC \
+    || fail "the resumed scan did not find the peripheral: $(cat "$(log_of scan)")"
 wait_for 20 sh -c "! kill -0 $SCAN_PID 2>/dev/null" || fail "scan did not end after --count 1"
 wait "$SCAN_PID" || fail "scan exit status $?: $(cat "$(log_of scan)")"
 
