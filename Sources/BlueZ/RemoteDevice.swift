@@ -24,8 +24,8 @@ public struct RemoteDevice: Sendable, Hashable {
     public var name: String?
     /// The alias (the name, or the address with dashes when there is none).
     public var alias: String
-    /// Signal strength of the last advertisement; nil when the device is not being seen now
-    /// (BlueZ drops it when discovery stops).
+    /// Signal strength of the last advertisement (127: the controller did not measure it); nil
+    /// when the device is not being seen now (BlueZ drops it when discovery stops).
     public var rssi: Int?
     /// Advertised TX power.
     public var txPower: Int?
@@ -85,8 +85,8 @@ public struct RemoteDevice: Sendable, Hashable {
         set(\.addressType, p["AddressType"]?.string, "address_type")
         if let n = p["Name"]?.string { set(\.name, Optional(n), "name") }
         set(\.alias, p["Alias"]?.string, "alias")
-        // 127 is HCI's "RSSI not available" (seen on devices known from a connection).
-        if let r = p["RSSI"]?.integer { set(\.rssi, r == 127 ? nil : Optional(Int(r)), "rssi") }
+        // 127 is HCI's "RSSI not available" (the emulated controllers report it): still a sighting.
+        if let r = p["RSSI"]?.integer { set(\.rssi, Optional(Int(r)), "rssi") }
         if let t = p["TxPower"]?.integer { set(\.txPower, Optional(Int(t)), "tx_power") }
         if let u = p["UUIDs"]?.stringArray { set(\.uuids, u.compactMap { try? BluetoothUUID(parsing: $0) }, "uuids") }
         if let a = p["Appearance"]?.integer { set(\.appearance, Optional(Int(a)), "appearance") }

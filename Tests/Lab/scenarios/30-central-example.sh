@@ -96,6 +96,25 @@ wait_log 10 gatt "TestCharacteristic Write: dbus.Array([dbus.Byte(10), dbus.Byte
 expect_rc 0 pl c --json read "$PERIPH" 12345678-1234-5678-1234-56789abcdef1
 assert_contains "$RUN_OUT" '"value_hex":"0a0b0c"' "read back what was written"
 
+note "a long value (300 bytes) written with a request and read back whole"
+LONG=$(printf '%0600d' 0 | tr 0 7)   # 300 bytes of 0x77 as hex
+expect_rc 0 pl c write "$PERIPH" 12345678-1234-5678-1234-56789abcdef1 "$LONG" --hex
+expect_rc 0 pl c --json read "$PERIPH" 12345678-1234-5678-1234-56789abcdef1
+assert_contains "$RUN_OUT" "\"value_hex\":\"$LONG\"" "the long value read back"
+
+note "Battery Level over StartNotify (--indicate: the D-Bus path, the fallback of AcquireNotify)"
+expect_rc 0 pl c --json subscribe "$PERIPH" 2a19 --indicate --count 1 --timeout 30
+py_check "battery notification over D-Bus" "$RUN_OUT" <<'PY'
+import json, sys
+n = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert len(n) == 1 and len(bytes.fromhex(n[0]["value_hex"])) == 1, n
+PY
+
+note "services --refresh: the cached tree is dropped and discovered again (ConnectDevice)"
+expect_rc 0 pl c --json services "$PERIPH" --refresh
+assert_contains "$RUN_OUT" "12345678-1234-5678-1234-56789abcdef1" "the tree after a refresh"
+assert_eq "$(bluez_prop $DEV org.bluez.Device1 Connected)" true "connected again after the refresh (busctl)"
+
 note "errors name what is wrong"
 expect_rc 1 pl c read "$PERIPH" 2a99
 assert_contains "$RUN_OUT" "not found: characteristic 00002a99" "unknown characteristic"

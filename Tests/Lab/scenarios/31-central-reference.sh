@@ -65,4 +65,10 @@ d = [e["data"] for e in mine if e["topic"] == "central.disconnected"]
 assert len(d) == 1 and d[0]["reason"] == "local" and d[0]["will_reconnect"] is False, ev
 PY
 assert_eq "$(bluez_prop /org/bluez/hci0/dev_${ADDR//:/_} org.bluez.Device1 Connected)" false "disconnected (busctl)"
+note "pair (both daemons' agents answer just-works), then forget"
+expect_rc 0 pl c pair "$ADDR" --timeout 60
+assert_contains "$RUN_OUT" "paired with $ADDR" "pair"
+assert_eq "$(bluez_prop /org/bluez/hci0/dev_${ADDR//:/_} org.bluez.Device1 Paired)" true "Paired (busctl)"
+expect_rc 0 pl c forget "$ADDR"
+wait_for 10 sh -c "! busctl tree org.bluez 2>/dev/null | grep -q hci0/dev_${ADDR//:/_}" || fail "device still there after forget"
 note "reference central flow ok"
