@@ -112,15 +112,28 @@ def main():
     print(f"FOUND {d.get('Address')} {d.get('Name', d.get('Alias', ''))}")
     dev = dbus.Interface(bus.get_object(BLUEZ, dpath), "org.bluez.Device1")
     dprops = dbus.Interface(bus.get_object(BLUEZ, dpath), PROPS)
+    def device_prop(name):
+        # A loaded lab can keep bluetoothd from answering for the whole D-Bus timeout: that is
+        # not an answer, so the caller polls again until its own deadline.
+        try:
+            return dprops.Get("org.bluez.Device1", name)
+        except dbus.exceptions.DBusException as e:
+            if e.get_dbus_name() != "org.freedesktop.DBus.Error.NoReply":
+                raise
+            print(f"central: no answer to Get {name} (bluetoothd busy?)", file=sys.stderr)
+            return None
+
+    # Connect gets the time left, not a shorter D-Bus timeout: a retry while the first Connect
+    # is still under way (a loaded lab) could start a second connection.
     for attempt in range(5):
         try:
-            dev.Connect(timeout=20)
+            dev.Connect(timeout=max(20, deadline - time.time()))
             break
         except dbus.exceptions.DBusException as e:
             if attempt == 4 or time.time() > deadline:
                 fail(f"connect failed: {e.get_dbus_name()}: {e}")
             time.sleep(1)
-    while not dprops.Get("org.bluez.Device1", "ServicesResolved"):
+    while not device_prop("ServicesResolved"):
         if time.time() > deadline:
             fail("services not resolved")
         time.sleep(0.1)
@@ -128,7 +141,7 @@ def main():
     if not a.char:
         if a.hold:
             print("HOLDING")
-            while time.time() < deadline and dprops.Get("org.bluez.Device1", "Connected"):
+            while time.time() < deadline and device_prop("Connected") is not False:
                 time.sleep(0.5)
         dev.Disconnect()
         return
