@@ -1,5 +1,5 @@
 #!/bin/bash
-# timeout: 300
+# timeout: 420
 # Two centrals at once: hci1 and hci2 (independent python3-dbus centrals, central.py) both
 # connect to peerlinkd's peripheral on hci0 and subscribe; five notifications "<name> --<date>"
 # (over 20 bytes) reach each of them, in order.
@@ -45,15 +45,16 @@ scanner_first() {
 }
 
 note "the filler link: hci2 connects to hci3 and stays connected"
-scanner_first z --name filler -- filler --adapter hci2 --name filler --hold --restart 10 --timeout 250
-wait_log 60 filler HOLDING || fail "hci2 did not connect to hci3: $(cat "$(log_of filler)")"
+scanner_first z --name filler -- filler --adapter hci2 --name filler --hold --restart 10 --timeout 400
+wait_log 120 filler HOLDING || fail "hci2 did not connect to hci3: $(cat "$(log_of filler)")"
+expect_rc 0 pl z advertise stop     # nothing else connects to hci3
 
 note "two centrals (hci1, hci2) subscribe; five notifications \"<name> --<date>\" reach both, in order"
 rm -f "$LAB_OUT/ready1" "$LAB_OUT/ready2"
-scanner_first p --name "$NAME" --service $SVC -- c1 --adapter hci1 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready1" --restart 10 --timeout 200
-wait_for 60 test -e "$LAB_OUT/ready1" || fail "central 1 not subscribed: $(cat "$(log_of c1)")"
-scanner_first p --name "$NAME" --service $SVC -- c2 --adapter hci2 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready2" --restart 10 --timeout 150
-wait_for 60 test -e "$LAB_OUT/ready2" || fail "central 2 not subscribed: $(cat "$(log_of c2)")"
+scanner_first p --name "$NAME" --service $SVC -- c1 --adapter hci1 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready1" --restart 10 --timeout 300
+wait_for 90 test -e "$LAB_OUT/ready1" || fail "central 1 not subscribed: $(cat "$(log_of c1)")"
+scanner_first p --name "$NAME" --service $SVC -- c2 --adapter hci2 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready2" --restart 10 --timeout 200
+wait_for 90 test -e "$LAB_OUT/ready2" || fail "central 2 not subscribed: $(cat "$(log_of c2)")"
 
 note "peerlinkd saw the subscription (bluetoothd 5.66 asks AcquireNotify once per characteristic"
 note "and counts later subscribers itself: one event, naming hci1; 5.69+ would ask once per central)"
