@@ -122,6 +122,26 @@ bluez_example() { "$PY3" -u "$LAB_DIR/bluez-example.py" "$@"; }
 # --adapter hciN [--address A] [--uuid U] [--name N] [--timeout S] [--connect]
 bluez_find() { "$PY3" -u "$LAB_DIR/bluez-find.py" "$@"; }
 
+# central_scanning NAME ARGS...: spawn the independent central (central.py ARGS) as NAME and
+# wait (30 s) until its discovery is on (it prints SCANNING).  Scanner first: the caller then
+# (re)starts the advertisement, so btvirt reports it to a controller already scanning (a scan
+# started after the advertisement can miss it: README.md, "Pitfalls met").
+# central_result NAME: wait for that central to end; RUN_RC = its exit status, RUN_OUT = its
+# output (as `run` sets them).
+declare -A CENTRAL_PID=()
+central_scanning() {
+    local name=$1; shift
+    spawn "$name" "$PY3" -u "$LAB_DIR/central.py" "$@"
+    CENTRAL_PID[$name]=$SPAWN_PID
+    wait_log 30 "$name" SCANNING || fail "central $name: discovery not on within 30 s: $(cat "$(log_of "$name")")"
+}
+central_result() {
+    wait "${CENTRAL_PID[$1]}"
+    RUN_RC=$?
+    RUN_OUT=$(cat "$(log_of "$1")")
+    printf '$ central %s\n%s\n[rc=%s]\n' "$1" "$RUN_OUT" "$RUN_RC"
+}
+
 _lib_cleanup() {
     local rc=$? pid f
     trap - EXIT

@@ -14,7 +14,7 @@
 #                  --show-bin-path`, else <repo>/.build/debug)
 #   LAB_KERNEL     kernel image (default: newest /boot/vmlinuz-*)
 #   LAB_RESULTS_DIR where results go (default: <repo>/.build/lab/<time>)
-#   LAB_TIMEOUT    whole run, seconds (default 900)
+#   LAB_TIMEOUT    whole run, seconds (default 1800)
 #   LAB_SCENARIO_TIMEOUT per scenario, seconds (default 120; a scenario can
 #                  say `# timeout: N`)
 #   LAB_CPUS, LAB_MEMORY  guest size (default 2, 2G)
@@ -26,7 +26,7 @@
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LAB_DIR="$REPO/Tests/Lab"
-LAB_TIMEOUT=${LAB_TIMEOUT:-900}
+LAB_TIMEOUT=${LAB_TIMEOUT:-1800}
 
 # verdict PASSED FAILED: the last line, and the exit status.
 verdict() {

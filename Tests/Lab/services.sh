@@ -87,10 +87,15 @@ lab_start_dbus() {
 # lab_controller_addr N: the address btvirt gives controller N (hciN).
 lab_controller_addr() { printf '00:AA:01:%02X:00:%02X\n' "$1" "$1"; }
 
+# _lab_mgmt_count: how many controllers mgmt lists.  btmgmt prints nothing when its stdin
+# cannot be polled (/dev/null, a scenario's stdin: bt_shell then has no input and drops its
+# output), so it gets a pipe.
+_lab_mgmt_count() { true | btmgmt info 2>/dev/null | grep -c '^hci[0-9]*:'; }
+
 # _lab_controllers_up: the kernel finished setting up every controller (mgmt
 # lists only those; a controller whose init timed out is never listed).
 _lab_controllers_up() {
-    [ "$(btmgmt info 2>/dev/null | grep -c '^hci[0-9]*:')" -ge "$LAB_CONTROLLERS" ]
+    [ "$(_lab_mgmt_count)" -ge "$LAB_CONTROLLERS" ]
 }
 
 lab_start_btvirt() {
@@ -109,7 +114,12 @@ lab_start_btvirt() {
     done
     return 1
 }
-lab_stop_btvirt() { _lab_kill btvirt; }
+# lab_stop_btvirt: stop it and wait (10 s) until its controllers are gone (a new btvirt
+# started before that would get other hciN names).
+lab_stop_btvirt() {
+    _lab_kill btvirt
+    _lab_until 10 sh -c '! ls /sys/class/bluetooth/hci* >/dev/null 2>&1'
+}
 lab_restart_btvirt() { lab_stop_btvirt && lab_start_btvirt && lab_wait_adapters; }
 
 # ---- bluetoothd --------------------------------------------------------------
@@ -220,7 +230,6 @@ lab_up() {
     LAB_NOWAIT=1 lab_start_avahi && lab_start_bluetoothd && lab_wait_avahi
 }
 
-# lab_reset: between scenarios: services running, controllers present and on.
 # lab_forget_devices: remove every remote device object from every adapter (RemoveDevice also
 # ends its link), so no connection, bond or cached GATT tree leaks into the next scenario.
 lab_forget_devices() {
@@ -231,6 +240,14 @@ lab_forget_devices() {
     done
 }
 
+# lab_reset: between scenarios: services running, controllers present and on, no remote
+# devices left.  A scenario may have restarted btvirt with more controllers
+# (LAB_CONTROLLERS=4 lab_restart_btvirt): unless mgmt lists exactly $LAB_CONTROLLERS, btvirt
+# starts afresh.
 lab_reset() {
+    if _lab_pid btvirt >/dev/null && [ "$(_lab_mgmt_count)" != "$LAB_CONTROLLERS" ]; then
+        _lab_log "btvirt: not $LAB_CONTROLLERS controllers: restarting it"
+        lab_stop_btvirt
+    fi
     lab_up && lab_wait_adapters 15 && lab_power_all_on && lab_forget_devices
 }
