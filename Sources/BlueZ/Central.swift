@@ -196,12 +196,17 @@ public actor Central {
                     report(d)
                 }
             case .deviceRemoved(let d):
+                lastAttributeChange.removeValue(forKey: d.path)
                 if d.connected, let a = adapterAddress(of: d.adapterPath) {
                     deviceDisconnected(DeviceKey(adapter: a, device: d.address), reason: "removed")
                 }
             case .value(let path, let value):
                 if let s = sources[path], !s.acquired { s.deliver(value) }
             case .attribute(let path):
+                // Remember when a device's GATT objects last changed (see settle()).
+                if let dev = table.devices.keys.first(where: { path.isDescendant(of: $0, orSelf: false) }) {
+                    lastAttributeChange[dev] = .now
+                }
                 if let s = sources[path], !s.acquired, table.attributes[path]?.notifying == false {
                     endSource(path, s, reason: "notifications stopped")
                 }
@@ -564,10 +569,11 @@ public actor Central {
             }
         }
         guard var d = table.device(address, adapter: a.path) else { throw .invalidState("\(address) went away just after connecting") }
+        await settle(d.path)
         if table.children(of: d.path, .service).isEmpty {
             await resync()
-            d = table.device(address, adapter: a.path) ?? d
         }
+        d = table.device(address, adapter: a.path) ?? d
         localDisconnects.remove(key)
         logger.info("connected", ["device": address.description, "adapter.name": a.name, "services": "\(table.children(of: d.path, .service).count)"])
         onEvent(.connected(adapter: a, device: d))
@@ -581,6 +587,27 @@ public actor Central {
     static let linkLimit: Duration = .seconds(12)
 
     private func recheckWaiters() { process([]) }
+
+    /// When each device's GATT objects last appeared, changed or went.
+    private var lastAttributeChange: [ObjectPath: ContinuousClock.Instant] = [:]
+
+    /// Waits until a device's GATT objects have been quiet for 500 ms (at most 5 s):
+    /// ServicesResolved can come before BlueZ has exported every service object (bluez #191,
+    /// seen in the lab after a cache refresh), so "resolved" alone is not "the tree is there".
+    /// A cached tree that is not changing is taken at once.
+    private func settle(_ device: ObjectPath) async {
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < .seconds(5) {
+            let hasServices = !table.children(of: device, .service).isEmpty
+            guard let last = lastAttributeChange[device] else {
+                if hasServices { return }
+                try? await Task.sleep(for: .milliseconds(100))
+                continue
+            }
+            if hasServices, ContinuousClock.now - last >= .milliseconds(500) { return }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+    }
 
     /// Disconnects (and stops keeping) a device.
     public func disconnect(adapter selector: AdapterSelector?, address: BluetoothAddress) async throws(CentralError) -> Bool {
