@@ -286,6 +286,20 @@ public func parseHex(_ text: String) -> [UInt8]? {
     return out
 }
 
+/// Bytes as lowercase hex, two digits each ("0a0b"); the inverse of `parseHex`.
+public func hexString(_ bytes: [UInt8]) -> String {
+    let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+        var i = 0
+        for b in bytes {
+            out[i] = digits[Int(b >> 4)]
+            out[i + 1] = digits[Int(b & 0x0F)]
+            i += 2
+        }
+        return i
+    }
+}
+
 /// The value of one ASCII hex digit, or nil.
 func hexNibble(_ c: UInt8) -> UInt8? {
     switch c {

@@ -275,7 +275,7 @@ final class GattCapability: DaemonCapability {
         form == "value_hex" ? "not hex: expected pairs of 0-9a-f" : "not valid base64"
     }
 
-    static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
+    static func hex(_ b: [UInt8]) -> String { hexString(b) }
 
     /// A value as hex, plus UTF-8 text when it is printable text.
     static func valueJSON(_ v: [UInt8], extra: [String: JSONValue] = [:]) -> JSONValue {

@@ -75,3 +75,13 @@ import Testing
         }
     }
 }
+
+@Suite struct HexTests {
+    @Test func hexRoundTrips() {
+        let all = (0...255).map { UInt8($0) }
+        #expect(hexString([]) == "")
+        #expect(hexString([0x0a, 0xff, 0x00]) == "0aff00")
+        #expect(parseHex(hexString(all)) == all)
+        #expect(hexString(all).count == 512)
+    }
+}

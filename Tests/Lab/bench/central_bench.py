@@ -20,6 +20,7 @@ the 4-byte big-endian sequence numbers that start each payload.  It prints
 (The Python AcquireNotify-fd receiver is notify_bench.py central.)
 """
 import argparse
+import collections
 import json
 import socket
 import struct
@@ -129,11 +130,20 @@ def dbus_central(a):
             time.sleep(1)
     while not dprops.Get("org.bluez.Device1", "ServicesResolved"):
         time.sleep(0.02)
+    # The characteristic of THIS service: the previous run's application (same characteristic
+    # UUID, another service) may linger a moment in bluetoothd's database.
     cpath = None
-    for p, i in om.GetManagedObjects().items():
-        c = i.get("org.bluez.GattCharacteristic1")
-        if c and p.startswith(found + "/") and str(c["UUID"]).lower() == full(a.char):
-            cpath = p
+    deadline = time.time() + 10
+    while not cpath and time.time() < deadline:
+        objs = om.GetManagedObjects()
+        spaths = [p for p, i in objs.items() if p.startswith(found + "/")
+                  and str(i.get("org.bluez.GattService1", {}).get("UUID", "")).lower() == svc]
+        for p, i in objs.items():
+            c = i.get("org.bluez.GattCharacteristic1")
+            if c and str(c["Service"]) in spaths and str(c["UUID"]).lower() == full(a.char):
+                cpath = p
+        if not cpath:
+            time.sleep(0.1)
     if not cpath:
         die("characteristic not found")
     chrc = dbus.Interface(bus.get_object(BLUEZ, cpath), "org.bluez.GattCharacteristic1")
@@ -176,18 +186,22 @@ class Control:
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.connect(path)
         self.buf = b""
+        self.lines = collections.deque()
         self.next_id = 1
         self.events = []
 
     def line(self, timeout):
-        self.s.settimeout(timeout)
-        while b"\n" not in self.buf:
+        # Lines are split once per chunk read (not once per line: that copies the rest of a
+        # big buffer every time and made this client the bottleneck).
+        while not self.lines:
+            self.s.settimeout(timeout)
             chunk = self.s.recv(1 << 20)
             if not chunk:
                 die("peerlinkd closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+            parts = (self.buf + chunk).split(b"\n")
+            self.buf = parts.pop()
+            self.lines.extend(parts)
+        return json.loads(self.lines.popleft())
 
     def call(self, method, params, timeout=60):
         i = self.next_id
@@ -226,9 +240,9 @@ def ours(a):
     t_hit = time.monotonic()
     c.call("central.scan.stop", {})
     c.call("central.connect", {"address": addr, "timeout": 60}, timeout=70)
-    c.call("central.read", {"address": addr, "characteristic": a.char})
+    c.call("central.read", {"address": addr, "characteristic": a.char, "service": svc})
     print(f"FIRST_READ seconds={time.monotonic() - t_hit:.3f}", flush=True)
-    r = c.call("central.subscribe", {"address": addr, "characteristic": a.char})
+    r = c.call("central.subscribe", {"address": addr, "characteristic": a.char, "service": svc})
     print(f"SUBSCRIBED via={r['via']} mtu={r['mtu']}", flush=True)
     ready(a)
     counter = Counter(a)
