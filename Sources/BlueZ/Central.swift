@@ -201,7 +201,7 @@ public actor Central {
                     deviceDisconnected(DeviceKey(adapter: a, device: d.address), reason: "removed")
                 }
             case .value(let path, let value):
-                if let s = sources[path], !s.acquired { s.deliver(value) }
+                if let s = sources[path], !s.acquired { s.deliver([value]) }
             case .attribute(let path):
                 // Remember when a device's GATT objects last changed (see settle()).
                 if let dev = table.devices.keys.first(where: { path.isDescendant(of: $0, orSelf: false) }) {
@@ -591,20 +591,20 @@ public actor Central {
     /// When each device's GATT objects last appeared, changed or went.
     private var lastAttributeChange: [ObjectPath: ContinuousClock.Instant] = [:]
 
-    /// Waits until a device's GATT objects have been quiet for 500 ms (at most 5 s):
-    /// ServicesResolved can come before BlueZ has exported every service object (bluez #191,
-    /// seen in the lab after a cache refresh), so "resolved" alone is not "the tree is there".
-    /// A cached tree that is not changing is taken at once.
+    /// Waits (at most 5 s) until a device's GATT tree looks whole: ServicesResolved can come
+    /// before BlueZ has exported every object (bluez #191; seen in the lab after a cache
+    /// refresh: one service, no characteristics), so "resolved" alone is not "the tree is
+    /// there". A tree whose services all have characteristics is taken at once; otherwise
+    /// the objects must have stopped changing for 500 ms.
     private func settle(_ device: ObjectPath) async {
         let start = ContinuousClock.now
         while ContinuousClock.now - start < .seconds(5) {
-            let hasServices = !table.children(of: device, .service).isEmpty
-            guard let last = lastAttributeChange[device] else {
-                if hasServices { return }
-                try? await Task.sleep(for: .milliseconds(100))
-                continue
-            }
-            if hasServices, ContinuousClock.now - last >= .milliseconds(500) { return }
+            let services = table.children(of: device, .service)
+            // A tree with services that all have characteristics is taken as it is; an empty
+            // one, or a service still without characteristics, waits for the objects to stop coming.
+            let complete = !services.isEmpty && services.allSatisfy { !table.children(of: $0.path, .characteristic).isEmpty }
+            if complete { return }
+            if !services.isEmpty, let last = lastAttributeChange[device], ContinuousClock.now - last >= .milliseconds(500) { return }
             try? await Task.sleep(for: .milliseconds(100))
         }
     }
@@ -814,7 +814,7 @@ public actor Central {
     /// Subscribes `owner` to notifications (AcquireNotify, falling back to StartNotify) or,
     /// with `indicate`, through StartNotify (BlueZ acquires only notifications).
     public func subscribe(owner: UInt64, adapter selector: AdapterSelector?, address: BluetoothAddress, characteristic uuid: BluetoothUUID,
-                          service: BluetoothUUID?, indicate: Bool) async throws(CentralError) -> SubscriptionInfo {
+                          service: BluetoothUUID?, indicate: Bool, batch: Bool = false) async throws(CentralError) -> SubscriptionInfo {
         let s = try requireSession()
         let (a, _, c) = try await characteristic(selector, address, uuid, service: service)
         guard c.flags.contains("notify") || c.flags.contains("indicate") else {
@@ -848,7 +848,7 @@ public actor Central {
         }
         let source = sources[c.path]!
         subscriptions[id] = Subscription(id: id, owner: owner, key: key, charPath: c.path, uuid: uuid)
-        source.add(id, owner: owner)
+        source.add(id, owner: owner, batch: batch)
         logger.info("subscribed", ["subscription": id, "device": address.description, "characteristic": uuid.uuidString, "via": source.via])
         return SubscriptionInfo(id: id, owner: owner, key: key, characteristic: uuid, via: source.via, mtu: source.mtu)
     }
@@ -967,7 +967,7 @@ final class NotifySource: Sendable {
     let uuid: BluetoothUUID
     private let onEvent: @Sendable (CentralEvent) -> Void
     private struct State {
-        var subscribers: [(id: String, owner: UInt64, count: UInt64)] = []
+        var subscribers: [(id: String, owner: UInt64, count: UInt64, batch: Bool)] = []
         var reader: NotifyReader?
         var mtu: Int?
     }
@@ -989,14 +989,14 @@ final class NotifySource: Sendable {
 
     func startReading(fd: Int32, mtu: Int, onClose: @escaping @Sendable (String) -> Void) {
         let reader = NotifyReader(fd: fd, mtu: mtu, label: "\(key.device)-\(uuid.uuidString)",
-                                  onValue: { [weak self] v in self?.deliver(v) }, onClose: onClose)
+                                  onValues: { [weak self] v in self?.deliver(v) }, onClose: onClose)
         state.withLock {
             $0.reader = reader
             $0.mtu = mtu
         }
     }
 
-    func add(_ id: String, owner: UInt64) { state.withLock { $0.subscribers.append((id, owner, 0)) } }
+    func add(_ id: String, owner: UInt64, batch: Bool) { state.withLock { $0.subscribers.append((id, owner, 0, batch)) } }
 
     /// Removes a subscriber; returns how many values it got.
     func remove(_ id: String) -> UInt64 {
@@ -1014,14 +1014,16 @@ final class NotifySource: Sendable {
         }
     }
 
-    /// Sends one value to every subscriber, numbered per subscription.
-    func deliver(_ value: [UInt8]) {
-        let targets = state.withLock { s -> [(String, UInt64, UInt64)] in
-            for i in s.subscribers.indices { s.subscribers[i].count += 1 }
-            return s.subscribers.map { ($0.id, $0.owner, $0.count) }
+    /// Sends values (in order) to every subscriber, numbered per subscription.
+    func deliver(_ values: [[UInt8]]) {
+        let n = UInt64(values.count)
+        let targets = state.withLock { s -> [(String, UInt64, UInt64, Bool)] in
+            for i in s.subscribers.indices { s.subscribers[i].count += n }
+            return s.subscribers.map { ($0.id, $0.owner, $0.count - n + 1, $0.batch) }
         }
-        for (id, owner, n) in targets {
-            onEvent(.notification(subscription: id, owner: owner, device: key.device, characteristic: uuid, value: value, sequence: n))
+        for (id, owner, first, batch) in targets {
+            onEvent(.notifications(subscription: id, owner: owner, device: key.device, characteristic: uuid,
+                                   values: values, firstSequence: first, batch: batch))
         }
     }
 

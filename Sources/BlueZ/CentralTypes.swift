@@ -15,8 +15,11 @@ public enum CentralEvent: Sendable {
     case disconnected(adapter: BluetoothAddress, device: BluetoothAddress, reason: String, willReconnect: Bool)
     /// Keep-connected mode tries again after `delay` seconds.
     case reconnecting(adapter: BluetoothAddress, device: BluetoothAddress, attempt: Int, delay: Double, lastError: String?)
-    /// A notification or indication for one subscription, numbered from 1.
-    case notification(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID, value: [UInt8], sequence: UInt64)
+    /// Notifications or indications for one subscription, in order, numbered from 1:
+    /// `values[i]` has number `firstSequence + i`. Several when they arrived together.
+    /// `batch`: the subscriber asked for them in one event (else one event per value).
+    case notifications(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID,
+                       values: [[UInt8]], firstSequence: UInt64, batch: Bool)
     /// A subscription ended (unsubscribed, disconnected, bluetoothd gone).
     case subscriptionEnded(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID, reason: String, count: UInt64)
 }

@@ -16,7 +16,7 @@ final class NotifyReader: Sendable {
     private let closed = OnceFlag()
 
     /// Starts reading `fd` (which it owns from now on).
-    init(fd: Int32, mtu: Int, label: String, onValue: @escaping @Sendable ([UInt8]) -> Void,
+    init(fd: Int32, mtu: Int, label: String, onValues: @escaping @Sendable ([[UInt8]]) -> Void,
          onClose: @escaping @Sendable (String) -> Void) {
         self.fd = fd
         self.mtu = mtu
@@ -27,11 +27,18 @@ final class NotifyReader: Sendable {
         // One buffer for the life of the reader: a packet is at most one ATT MTU (<= 517).
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
         source.setEventHandler {
-            // Edge-triggered on Linux: read until the socket is empty.
+            // Edge-triggered on Linux: read until the socket is empty. The packets of one
+            // wakeup go out together (at most 64 at a time), in order.
+            var batch: [[UInt8]] = []
+            defer { if !batch.isEmpty { onValues(batch) } }
             while true {
                 let n = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
                 if n > 0 {
-                    onValue(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
+                    batch.append(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
+                    if batch.count == 64 {
+                        onValues(batch)
+                        batch.removeAll(keepingCapacity: true)
+                    }
                     continue
                 }
                 let e = errno
@@ -41,6 +48,10 @@ final class NotifyReader: Sendable {
                 // ended: cancelling it from outside while bluetoothd hangs up at the same moment
                 // crashed libdispatch's epoll backend ("source finalized twice").
                 src.cancel()
+                if !batch.isEmpty {
+                    onValues(batch)
+                    batch.removeAll()
+                }
                 if closed.set() { onClose(why) }
                 return
             }

@@ -129,12 +129,14 @@ final class CentralCapability: DaemonCapability {
             }
         }
         ctx.register("central.subscribe") { p, req throws(RPCError) in
-            try p.rejectUnknown(allowed: ["adapter", "address", "characteristic", "service", "indicate"])
+            try p.rejectUnknown(allowed: ["adapter", "address", "characteristic", "service", "indicate", "batch"])
             let (address, uuid, service) = try Self.target(p)
             let indicate = try p.optionalBool("indicate") ?? false
+            let batch = try p.optionalBool("batch") ?? false
             let sel = try adapter(p)
             return try await Self.rpc { () async throws(CentralError) -> JSONValue in
-                let s = try await c.subscribe(owner: req.clientID, adapter: sel, address: address, characteristic: uuid, service: service, indicate: indicate)
+                let s = try await c.subscribe(owner: req.clientID, adapter: sel, address: address, characteristic: uuid, service: service,
+                                              indicate: indicate, batch: batch)
                 return ["subscription": .string(s.id), "device": .string(address.description), "characteristic": .string(uuid.uuidString),
                         "via": .string(s.via), "mtu": Self.int(s.mtu)]
             }
@@ -210,10 +212,22 @@ final class CentralCapability: DaemonCapability {
             ctx.publish(topic: "central.reconnecting", data: ["device": .string(d.description), "adapter_address": .string(a.description),
                                                               "attempt": .int(Int64(attempt)), "delay": .double(delay),
                                                               "last_error": last.map { .string($0) } ?? .null])
-        case .notification(let sub, let owner, let d, let ch, let value, let seq):
-            ctx.send(topic: "central.notification", data: GattCapability.valueJSON(value, extra: [
-                "subscription": .string(sub), "device": .string(d.description), "characteristic": .string(ch.uuidString), "seq": .int(Int64(seq)),
-            ]), to: owner)
+        case .notifications(let sub, let owner, let d, let ch, let values, let first, let batch):
+            let common: [String: JSONValue] = ["subscription": .string(sub), "device": .string(d.description), "characteristic": .string(ch.uuidString)]
+            if batch {
+                // One event for the values that arrived together: base64, compact to send and decode.
+                var o = common
+                o["seq"] = .int(Int64(first))
+                o["count"] = .int(Int64(values.count))
+                o["values_base64"] = .array(values.map { .string(Data($0).base64EncodedString()) })
+                ctx.send(topic: "central.notifications", data: .object(o), to: owner)
+            } else {
+                for (i, v) in values.enumerated() {
+                    var o = common
+                    o["seq"] = .int(Int64(first) + Int64(i))
+                    ctx.send(topic: "central.notification", data: GattCapability.valueJSON(v, extra: o), to: owner)
+                }
+            }
         case .subscriptionEnded(let sub, let owner, let d, let ch, let reason, let count):
             ctx.send(topic: "central.subscription.ended", data: ["subscription": .string(sub), "device": .string(d.description),
                                                                  "characteristic": .string(ch.uuidString), "reason": .string(reason),

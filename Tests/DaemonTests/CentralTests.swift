@@ -257,6 +257,22 @@ final class FakeCentralBlueZ: Sendable {
             #expect(e.code == RPCErrorCode.notFound)
         }
 
+        // batch: the values that arrive together come in one event, base64, numbered.
+        let batched = try RawClient(h.socketPath)
+        let sub3 = try #require(try batched.call("central.subscribe", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "batch": true])["subscription"])
+        for i in 1...20 { try fake.notify([UInt8(i), 0xAA]) }
+        var got: [[UInt8]] = []
+        while got.count < 20 {
+            let e = try batched.nextEvent("central.notifications")
+            #expect(e["data"]?["subscription"] == sub3 && e["data"]?["seq"] == .int(Int64(got.count + 1)))
+            let values = e["data"]?["values_base64"]?.arrayValue?.compactMap { $0.stringValue.flatMap { Data(base64Encoded: $0) }.map(Array.init) } ?? []
+            #expect(e["data"]?["count"] == .int(Int64(values.count)) && !values.isEmpty)
+            got += values
+        }
+        #expect(got == (1...20).map { [UInt8($0), 0xAA] })
+        fake.closeNotify()
+        _ = try batched.nextEvent("central.subscription.ended")
+
         // An address BlueZ has not seen: ConnectDevice.
         _ = try h.call("central.connect", ["address": "00:AA:01:09:00:07", "timeout": 10])
         #expect(fake.calls.contains("ConnectDevice 00:AA:01:09:00:07"))

@@ -16,10 +16,11 @@ the 4-byte big-endian sequence numbers that start each payload.  It prints
         GLib main loop.
     central_bench.py ours --socket PATH --service U --char U --count N --size S --ready-file F
         PeerLink: a control client of peerlinkd (central.scan, central.connect, central.read,
-        central.subscribe) counting central.notification events.
+        central.subscribe with batch) counting the values of central.notifications events.
 (The Python AcquireNotify-fd receiver is notify_bench.py central.)
 """
 import argparse
+import base64
 import collections
 import json
 import socket
@@ -242,7 +243,9 @@ def ours(a):
     c.call("central.connect", {"address": addr, "timeout": 60}, timeout=70)
     c.call("central.read", {"address": addr, "characteristic": a.char, "service": svc})
     print(f"FIRST_READ seconds={time.monotonic() - t_hit:.3f}", flush=True)
-    r = c.call("central.subscribe", {"address": addr, "characteristic": a.char, "service": svc})
+    # batch: the values that arrive together come in one event (base64), as a program that
+    # wants throughput would ask for them.
+    r = c.call("central.subscribe", {"address": addr, "characteristic": a.char, "service": svc, "batch": True})
     print(f"SUBSCRIBED via={r['via']} mtu={r['mtu']}", flush=True)
     ready(a)
     counter = Counter(a)
@@ -252,8 +255,9 @@ def ours(a):
             e = c.event(0.5)
         except socket.timeout:
             continue
-        if e["topic"] == "central.notification":
-            counter.add(bytes.fromhex(e["data"]["value_hex"]))
+        if e["topic"] == "central.notifications":
+            for v in e["data"]["values_base64"]:
+                counter.add(base64.b64decode(v))
         elif e["topic"] == "central.subscription.ended":
             break
     counter.report()
