@@ -62,6 +62,10 @@ public final class DNSSDClient: @unchecked Sendable {
     var publications: [String: Publication] = [:]
     var browses: [String: Browse] = [:]
     var oneShots: [String: OneShot] = [:]
+    var resolveCache = ResolveCache()
+
+    /// Seconds on a monotonic clock, for the resolve cache.
+    static func monotonicSeconds() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     /// Creates a client; `start()` connects. Events go to `onEvent`, on the client's queue.
     public init(logger: Logger, names: NameStore, onEvent: @escaping @Sendable (DNSSDEvent) -> Void) {
@@ -169,6 +173,7 @@ public final class DNSSDClient: @unchecked Sendable {
             // them again once it runs.
             running = false
             setAvailability(false, "avahi-daemon is registering its host name")
+            resolveCache.removeAll()
             for p in publications.values { dropGroup(p, free: true, state: .waiting) }
         case AVAHI_CLIENT_CONNECTING:
             running = false
@@ -202,6 +207,7 @@ public final class DNSSDClient: @unchecked Sendable {
         for p in publications.values { dropGroup(p, free: false, state: .waiting) }
         for b in browses.values { dropBrowser(b, free: false) }
         for o in oneShots.values { finishOneShot(o, .failure(.unavailable(reason)), free: false) }
+        resolveCache.removeAll()
         if let c = client {
             avahi_client_free(c.pointer)  // frees every group, browser and resolver it made
             CallbackBox.release(c.box)

@@ -88,6 +88,8 @@ extension DNSSDClient {
         try await onQueue { [self] in
             guard let p = publications.removeValue(forKey: id) else { return .failure(.notFound(kind: "publication", id: id)) }
             dropGroup(p, free: true, state: p.state)
+            // A resolve of it must not be answered from the cache any more.
+            resolveCache.remove(name: p.name, type: p.spec.type.description, domain: p.spec.domain)
             p.answer(.failure(.notFound(kind: "publication", id: id)))
             onEvent(.unpublished(p.info))
             return .success(p.info)
@@ -109,6 +111,7 @@ extension DNSSDClient {
             }
             // Without a group (avahi-daemon away) the new record is used when it is published again.
             p.spec.txt = txt
+            resolveCache.remove(name: p.name, type: p.spec.type.description, domain: p.spec.domain)
             return .success(p.info)
         }
     }
