@@ -84,7 +84,7 @@ extension DNSSDClient {
         let _: Bool = try await onQueue { [self] in
             guard let b = browses.removeValue(forKey: id) else { return .failure(.notFound(kind: "browse", id: id)) }
             dropBrowser(b, free: true)
-            resolveCache.browseEnded(id)
+            resolveCache.withLock { $0.browseEnded(id) }
             return .success(true)
         }
     }
@@ -152,7 +152,7 @@ extension DNSSDClient {
                 avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
-            resolveCache.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto))
+            resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             onEvent(.removed(browseID: id, found))
         case AVAHI_BROWSER_ALL_FOR_NOW:
             onEvent(.allForNow(browseID: id))
@@ -160,7 +160,7 @@ extension DNSSDClient {
             let e = avahiError("browse").description
             browses[id] = nil
             dropBrowser(b, free: true)
-            resolveCache.browseEnded(id)
+            resolveCache.withLock { $0.browseEnded(id) }
             onEvent(.browseFailed(browseID: id, error: e))
         default:
             break
@@ -176,10 +176,10 @@ extension DNSSDClient {
                 name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface), proto: protoName(proto),
                 host: host, addresses: address.map { [$0] } ?? [], port: port, txt: txt,
                 isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil)
-            resolveCache.store(r, interfaceIndex: iface, browseID: id, now: Self.monotonicSeconds())
+            resolveCache.withLock { $0.store(r, interfaceIndex: iface, browseID: id, now: Self.monotonicSeconds()) }
             onEvent(.resolved(browseID: id, r))
         } else {
-            resolveCache.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto))
+            resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             let e = avahiError("resolve \"\(name)\"").description
             if let r = b.resolvers.removeValue(forKey: key) {
                 avahi_service_resolver_free(r.pointer)
@@ -204,16 +204,20 @@ extension DNSSDClient {
     public func resolve(name: String, type: String, domain: String?, interfaceIndex: Int32?, timeout: Double,
                         allAddresses: Bool = false, fresh: Bool = false) async throws(DNSSDError) -> ResolvedService {
         let started = ContinuousClock.now
+        // A hit is answered here, not on the queue (which may be waiting for avahi-daemon).
+        // Only while avahi-daemon is available (when it goes, it is reported away, then the cache emptied).
+        if !fresh, isAvailable, let hit = resolveCache.withLock({
+            $0.lookup(name: name, type: type, domain: domain, interfaceIndex: interfaceIndex, allAddresses: allAddresses,
+                      now: Self.monotonicSeconds())
+        }) {
+            var s = hit.service
+            s.fromDaemonCache = true
+            s.cacheAgeMilliseconds = hit.age * 1000
+            s.elapsedMilliseconds = Self.milliseconds(since: started)
+            return s
+        }
         let r: OneShotResult = try await onQueueAwaiting { [self] done in
             guard running, let c = client else { return done(.failure(unavailableError())) }
-            if !fresh, let hit = resolveCache.lookup(name: name, type: type, domain: domain, interfaceIndex: interfaceIndex,
-                                                     allAddresses: allAddresses, now: Self.monotonicSeconds()) {
-                var s = hit.service
-                s.fromDaemonCache = true
-                s.cacheAgeMilliseconds = hit.age * 1000
-                s.elapsedMilliseconds = Self.milliseconds(since: started)
-                return done(.success(.resolved(s)))
-            }
             let o = OneShot(id: newID("r"), started: started)
             o.cacheable = true
             o.allAddresses = allAddresses
@@ -312,7 +316,7 @@ extension DNSSDClient {
             r.elapsedMilliseconds = Self.milliseconds(since: o.started)
             result = .success(.resolved(r))
             if o.cacheable {
-                resolveCache.store(r, interfaceIndex: o.resolvedInterfaceIndex, allAddresses: o.allAddresses, now: Self.monotonicSeconds())
+                resolveCache.withLock { $0.store(r, interfaceIndex: o.resolvedInterfaceIndex, allAddresses: o.allAddresses, now: Self.monotonicSeconds()) }
             }
         }
         // Answer first: freeing a resolver is one more blocking D-Bus call to avahi-daemon.
