@@ -17,6 +17,9 @@ TARGETS = {
     "notify.ratio_vs_fd_bytes": ">= 0.90",
     "notify.ratio_vs_dbus_rate": ">= 50",
     "notify.daemon_rss_mb": "< 20",
+    "dnssd.publish_to_resolved_ratio": "<= 1.10",
+    "dnssd.publish_to_resolved_cli_ratio": "<= 1.10",
+    "dnssd.resolve_cached_ms": "< 5",
 }
 
 
