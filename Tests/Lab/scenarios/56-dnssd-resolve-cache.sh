@@ -64,8 +64,9 @@ PY
 note "without a browse: an entry is used for 10 s at most"
 # (pl_watch runs timeout, which runs peerlink: end both.)
 BROWSE_CMD="$(pl_socket b) --json dnssd browse $TYPE"
+browse_gone() { ! pgrep -f -- "$BROWSE_CMD" >/dev/null; }  # (not in sh -c: pgrep would see that shell)
 kill $(pgrep -f -- "$BROWSE_CMD") 2>/dev/null
-wait_for 10 sh -c "! pgrep -f -- '$BROWSE_CMD' >/dev/null" || fail "the browse did not end"
+wait_for 10 browse_gone || fail "the browse did not end: $(pgrep -af -- "$BROWSE_CMD")"
 resolve_json "$LAB_OUT/r4.json" --fresh
 t_store=$(now_ms)
 resolve_json "$LAB_OUT/r5.json"
