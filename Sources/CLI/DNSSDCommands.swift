@@ -84,6 +84,7 @@ enum DNSSDCommands {
             .value("interface", valueName: "name", parser: .nonEmptyString, help: "Resolve on this interface only."),
             .value("domain", valueName: "domain", parser: .nonEmptyString, help: "The domain (default: local)."),
             .flag("all-addresses", help: "Wait for IPv4 and IPv6 addresses (up to 250 ms more)."),
+            .flag("fresh", help: "Ask avahi-daemon even if the daemon has a recent answer cached."),
         ],
         arguments: [
             Positional("name", help: "The instance name."),
@@ -193,6 +194,7 @@ enum DNSSDCommands {
         if let i = v.string("interface") { p["interface"] = .string(i) }
         if let d = v.string("domain") { p["domain"] = .string(d) }
         if v.flag("all-addresses") { p["all_addresses"] = true }
+        if v.flag("fresh") { p["fresh"] = true }
         return RPCCall(method: ControlMethod.dnssdResolve, params: p, minimumReplyTimeout: minimum)
     }
 

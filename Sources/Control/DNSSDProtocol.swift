@@ -12,7 +12,8 @@ extension ControlMethod {
     public static let dnssdBrowse = "dnssd.browse"
     /// Stops a browse: `{"browse_id"}`.
     public static let dnssdBrowseStop = "dnssd.browse.stop"
-    /// Resolves a service: `{"name", "type", "domain"?, "interface"?, "timeout"?}` → Resolved.
+    /// Resolves a service: `{"name", "type", "domain"?, "interface"?, "timeout"?, "all_addresses"?, "fresh"?}` → Resolved
+    /// (from the daemon's cache of recent results unless `fresh`).
     public static let dnssdResolve = "dnssd.resolve"
     /// Service types on the network: `{"domain"?, "interface"?, "timeout"?}` → `{"types": [..]}`.
     public static let dnssdTypes = "dnssd.types"

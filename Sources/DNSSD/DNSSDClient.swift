@@ -43,13 +43,16 @@ struct COwned {
 /// `@unchecked Sendable`: this is the one owner of libavahi-client's objects, and every one
 /// of its mutable properties (and every Avahi call) is touched only on `queue`; the public
 /// methods hop onto the queue. The only state read from other threads is `availability`, a
-/// `Mutex`.
+/// `Mutex`, and `resolveCache`, a `Mutex` too.
 public final class DNSSDClient: @unchecked Sendable {
     let queue = DispatchQueue(label: "peerlink.dnssd")
     let logger: Logger
     let names: NameStore
     let onEvent: @Sendable (DNSSDEvent) -> Void
     private let availability = Mutex<(running: Bool, reason: String)>((false, "not connected to avahi-daemon yet"))
+    /// Recent resolve results. Written on the queue; read by `resolve` on the caller's thread,
+    /// so that a hit does not wait behind a blocking libavahi-client call on the queue.
+    let resolveCache = Mutex(ResolveCache())
 
     // On the queue only.
     var poll: DispatchPoll?
@@ -62,6 +65,9 @@ public final class DNSSDClient: @unchecked Sendable {
     var publications: [String: Publication] = [:]
     var browses: [String: Browse] = [:]
     var oneShots: [String: OneShot] = [:]
+
+    /// Seconds on a monotonic clock, for the resolve cache.
+    static func monotonicSeconds() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     /// Creates a client; `start()` connects. Events go to `onEvent`, on the client's queue.
     public init(logger: Logger, names: NameStore, onEvent: @escaping @Sendable (DNSSDEvent) -> Void) {
@@ -169,6 +175,7 @@ public final class DNSSDClient: @unchecked Sendable {
             // them again once it runs.
             running = false
             setAvailability(false, "avahi-daemon is registering its host name")
+            resolveCache.withLock { $0.removeAll() }
             for p in publications.values { dropGroup(p, free: true, state: .waiting) }
         case AVAHI_CLIENT_CONNECTING:
             running = false
@@ -202,6 +209,7 @@ public final class DNSSDClient: @unchecked Sendable {
         for p in publications.values { dropGroup(p, free: false, state: .waiting) }
         for b in browses.values { dropBrowser(b, free: false) }
         for o in oneShots.values { finishOneShot(o, .failure(.unavailable(reason)), free: false) }
+        resolveCache.withLock { $0.removeAll() }
         if let c = client {
             avahi_client_free(c.pointer)  // frees every group, browser and resolver it made
             CallbackBox.release(c.box)

@@ -21,7 +21,11 @@ final class Browse {
 /// A one-shot lookup (a resolve, or a listing of service types) waiting for its answer.
 final class OneShot {
     let id: String
-    let started = ContinuousClock.now
+    let started: ContinuousClock.Instant
+    /// A resolve whose answer goes into the resolve cache (looked up with IPv4 and IPv6 together when `allAddresses`).
+    var cacheable = false
+    var allAddresses = false
+    var resolvedInterfaceIndex = Int32(AVAHI_IF_UNSPEC)
     var objects: [COwned] = []
     var pending = 0
     var timer: DispatchWorkItem?
@@ -33,7 +37,10 @@ final class OneShot {
     /// What to answer when the time runs out.
     var onExpire: ((OneShot) -> Result<OneShotResult, DNSSDError>)?
 
-    init(id: String) { self.id = id }
+    init(id: String, started: ContinuousClock.Instant = .now) {
+        self.id = id
+        self.started = started
+    }
 }
 
 /// What a one-shot lookup produced.
@@ -77,6 +84,7 @@ extension DNSSDClient {
         let _: Bool = try await onQueue { [self] in
             guard let b = browses.removeValue(forKey: id) else { return .failure(.notFound(kind: "browse", id: id)) }
             dropBrowser(b, free: true)
+            resolveCache.withLock { $0.browseEnded(id) }
             return .success(true)
         }
     }
@@ -144,6 +152,7 @@ extension DNSSDClient {
                 avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
+            resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             onEvent(.removed(browseID: id, found))
         case AVAHI_BROWSER_ALL_FOR_NOW:
             onEvent(.allForNow(browseID: id))
@@ -151,6 +160,7 @@ extension DNSSDClient {
             let e = avahiError("browse").description
             browses[id] = nil
             dropBrowser(b, free: true)
+            resolveCache.withLock { $0.browseEnded(id) }
             onEvent(.browseFailed(browseID: id, error: e))
         default:
             break
@@ -162,11 +172,14 @@ extension DNSSDClient {
                                      _ port: UInt16, _ txt: TXTRecord, _ flags: AvahiLookupResultFlags) {
         guard let b = browses[id] else { return }
         if event == AVAHI_RESOLVER_FOUND {
-            onEvent(.resolved(browseID: id, ResolvedService(
+            let r = ResolvedService(
                 name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface), proto: protoName(proto),
                 host: host, addresses: address.map { [$0] } ?? [], port: port, txt: txt,
-                isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil)))
+                isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil)
+            resolveCache.withLock { $0.store(r, interfaceIndex: iface, browseID: id, now: Self.monotonicSeconds()) }
+            onEvent(.resolved(browseID: id, r))
         } else {
+            resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             let e = avahiError("resolve \"\(name)\"").description
             if let r = b.resolvers.removeValue(forKey: key) {
                 avahi_service_resolver_free(r.pointer)
@@ -185,11 +198,29 @@ extension DNSSDClient {
     /// With `allAddresses`, looks up IPv4 and IPv6 addresses together and answers when both
     /// are in, or 250 ms after the first (a host without IPv6 leaves Avahi's IPv6 lookup
     /// waiting for its own timeout).
+    ///
+    /// Unless `fresh`, a result in the daemon's resolve cache (see `ResolveCache`) is the
+    /// answer, with `fromDaemonCache` set; every answer from Avahi goes into the cache.
     public func resolve(name: String, type: String, domain: String?, interfaceIndex: Int32?, timeout: Double,
-                        allAddresses: Bool = false) async throws(DNSSDError) -> ResolvedService {
+                        allAddresses: Bool = false, fresh: Bool = false) async throws(DNSSDError) -> ResolvedService {
+        let started = ContinuousClock.now
+        // A hit is answered here, not on the queue (which may be waiting for avahi-daemon).
+        // Only while avahi-daemon is available (when it goes, it is reported away, then the cache emptied).
+        if !fresh, isAvailable, let hit = resolveCache.withLock({
+            $0.lookup(name: name, type: type, domain: domain, interfaceIndex: interfaceIndex, allAddresses: allAddresses,
+                      now: Self.monotonicSeconds())
+        }) {
+            var s = hit.service
+            s.fromDaemonCache = true
+            s.cacheAgeMilliseconds = hit.age * 1000
+            s.elapsedMilliseconds = Self.milliseconds(since: started)
+            return s
+        }
         let r: OneShotResult = try await onQueueAwaiting { [self] done in
             guard running, let c = client else { return done(.failure(unavailableError())) }
-            let o = OneShot(id: newID("r"))
+            let o = OneShot(id: newID("r"), started: started)
+            o.cacheable = true
+            o.allAddresses = allAddresses
             o.finish = done
             let families = allAddresses ? [Int32(AVAHI_PROTO_INET), Int32(AVAHI_PROTO_INET6)] : [Int32(AVAHI_PROTO_UNSPEC)]
             for aproto in families {
@@ -232,6 +263,7 @@ extension DNSSDClient {
                 }
                 o.resolved = r
             } else {
+                o.resolvedInterfaceIndex = iface
                 o.resolved = ResolvedService(
                     name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface), proto: protoName(proto),
                     host: host, addresses: address.map { [$0] } ?? [], port: port, txt: txt,
@@ -256,6 +288,11 @@ extension DNSSDClient {
         }
     }
 
+    static func milliseconds(since start: ContinuousClock.Instant) -> Double {
+        let e = ContinuousClock.now - start
+        return Double(e.components.seconds) * 1000 + Double(e.components.attoseconds) / 1e15
+    }
+
     /// Ends `o` with its `onExpire` answer after `seconds`.
     private func armExpiry(_ o: OneShot, after seconds: Double) {
         let id = o.id
@@ -276,9 +313,11 @@ extension DNSSDClient {
         o.grace?.cancel()
         var result = result
         if case .success(.resolved(var r)) = result {
-            let e = ContinuousClock.now - o.started
-            r.elapsedMilliseconds = Double(e.components.seconds) * 1000 + Double(e.components.attoseconds) / 1e15
+            r.elapsedMilliseconds = Self.milliseconds(since: o.started)
             result = .success(.resolved(r))
+            if o.cacheable {
+                resolveCache.withLock { $0.store(r, interfaceIndex: o.resolvedInterfaceIndex, allAddresses: o.allAddresses, now: Self.monotonicSeconds()) }
+            }
         }
         // Answer first: freeing a resolver is one more blocking D-Bus call to avahi-daemon.
         let f = o.finish

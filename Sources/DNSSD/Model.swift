@@ -105,6 +105,10 @@ public struct ResolvedService: Sendable, Hashable {
     public var isCached: Bool
     /// Milliseconds from the request to the answer (for one-shot resolves).
     public var elapsedMilliseconds: Double?
+    /// Answered from the daemon's own cache of recent results (`ResolveCache`), without asking avahi-daemon.
+    public var fromDaemonCache = false
+    /// With `fromDaemonCache`: how old the stored result was, in milliseconds.
+    public var cacheAgeMilliseconds: Double?
 }
 
 /// A service type seen on the network.

@@ -88,6 +88,8 @@ extension DNSSDClient {
         try await onQueue { [self] in
             guard let p = publications.removeValue(forKey: id) else { return .failure(.notFound(kind: "publication", id: id)) }
             dropGroup(p, free: true, state: p.state)
+            // A resolve of it must not be answered from the cache any more.
+            resolveCache.withLock { $0.remove(name: p.name, type: p.spec.type.description, domain: p.spec.domain) }
             p.answer(.failure(.notFound(kind: "publication", id: id)))
             onEvent(.unpublished(p.info))
             return .success(p.info)
@@ -109,6 +111,7 @@ extension DNSSDClient {
             }
             // Without a group (avahi-daemon away) the new record is used when it is published again.
             p.spec.txt = txt
+            resolveCache.withLock { $0.remove(name: p.name, type: p.spec.type.description, domain: p.spec.domain) }
             return .success(p.info)
         }
     }
@@ -153,7 +156,7 @@ extension DNSSDClient {
                                                      p.name, type, p.spec.domain, nil, p.spec.port, list)
             guard r == Int32(AVAHI_ERR_COLLISION) else { break }
             // Another publisher on this host holds the name: take Avahi's alternative.
-            rename(p)
+            rename(p, collision: "local")
         }
         if r < 0 { return .avahi(operation: "add the service \"\(p.name)\"", code: r, message: Self.message(r)) }
         for sub in p.spec.subtypes {
@@ -167,7 +170,9 @@ extension DNSSDClient {
     }
 
     /// Moves `p` to Avahi's alternative name ("Name #2"), remembers it and reports it.
-    private func rename(_ p: Publication) {
+    /// `collision` says where the name was taken ("local": by another client of the same
+    /// avahi-daemon, when adding; "network": by another host, while probing), for the log.
+    private func rename(_ p: Publication, collision: String) {
         let old = p.name
         guard let alt = avahi_alternative_service_name(old) else { return }
         p.name = String(cString: alt)
@@ -176,7 +181,8 @@ extension DNSSDClient {
         if let e = names.record(requested: p.spec.name, type: p.spec.type.description, domain: p.spec.domain, chosen: p.name) {
             logger.warning("cannot save the chosen service name", ["error": e])
         }
-        logger.notice("service name collision; renamed", ["dnssd.id": p.id, "dnssd.old": old, "dnssd.name": p.name])
+        logger.notice("service name collision; renamed",
+                      ["dnssd.id": p.id, "dnssd.old": old, "dnssd.name": p.name, "dnssd.collision": collision])
         onEvent(.renamed(p.info, from: old))
     }
 
@@ -192,7 +198,7 @@ extension DNSSDClient {
             p.answer(.success(p.info))
         case AVAHI_ENTRY_GROUP_COLLISION:
             // Someone on the network has the name: pick the alternative and publish again.
-            rename(p)
+            rename(p, collision: "network")
             avahi_entry_group_reset(g)
             if let e = fill(p, g) {
                 p.state = .failed

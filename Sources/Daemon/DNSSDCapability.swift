@@ -66,7 +66,7 @@ final class DNSSDCapability: DaemonCapability {
             return ["browse_id": .string(id), "stopped": true]
         }
         context.register(ControlMethod.dnssdResolve) { p, _ throws(RPCError) in
-            try p.rejectUnknown(allowed: ["name", "type", "domain", "interface", "timeout", "all_addresses"])
+            try p.rejectUnknown(allowed: ["name", "type", "domain", "interface", "timeout", "all_addresses", "fresh"])
             let (nameText, typeText, domainText) = (try p.string("name"), try p.string("type"), try p.optionalString("domain"))
             let name = try Self.check { () throws(DNSSDError) in try DNSSDValidation.instanceName(nameText) }
             let type = try Self.check { () throws(DNSSDError) in try ServiceType(typeText) }
@@ -74,9 +74,10 @@ final class DNSSDCapability: DaemonCapability {
             let iface = try Self.interface(p)
             let timeout = try p.optionalDouble("timeout", in: 0.1...120) ?? 5
             let all = try p.optionalBool("all_addresses") ?? false
+            let fresh = try p.optionalBool("fresh") ?? false
             let r = try await Self.rpc { () throws(DNSSDError) in
                 try await client.resolve(name: name, type: type.description, domain: domain, interfaceIndex: iface?.index,
-                                         timeout: timeout, allAddresses: all)
+                                         timeout: timeout, allAddresses: all, fresh: fresh)
             }
             return DNSSDJSON.resolved(r)
         }

@@ -113,7 +113,12 @@ enum DNSSDJSON {
             "protocol": .string(r.proto), "host": .string(r.host), "addresses": .array(r.addresses.map { .string($0) }),
             "port": .int(Int64(r.port)), "txt": txt(r.txt), "cached": .bool(r.isCached),
         ]
-        if let ms = r.elapsedMilliseconds { o["elapsed_ms"] = .double((ms * 1000).rounded() / 1000) }
+        if let ms = r.elapsedMilliseconds {
+            o["elapsed_ms"] = .double((ms * 1000).rounded() / 1000)
+            // Only one-shot resolves say where the answer came from (browse events are always Avahi's).
+            o["daemon_cache"] = .bool(r.fromDaemonCache)
+        }
+        if let age = r.cacheAgeMilliseconds { o["age_ms"] = .double(age.rounded()) }
         return .object(o)
     }
 }

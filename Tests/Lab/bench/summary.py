@@ -21,6 +21,9 @@ TARGETS = {
     "notify.daemon_rss_mb": "< 20",
     "central.ratio_vs_fd_bytes": ">= 0.90",
     "central.first_read_ratio_vs_python": "(lower is faster)",
+    "dnssd.publish_to_resolved_ratio": "<= 1.10",
+    "dnssd.publish_to_resolved_cli_ratio": "<= 1.10",
+    "dnssd.resolve_cached_ms": "< 5",
 }
 
 

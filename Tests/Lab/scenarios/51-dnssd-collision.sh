@@ -39,6 +39,7 @@ wait_log 10 watch-b '"dnssd.renamed"' || fail "no dnssd.renamed event on b: $(ca
 cat "$(log_of watch-b)"
 assert_contains "$(cat "$(log_of watch-b)")" '"to":"Shared Name #2"' "renamed event names the new name"
 assert_contains "$(cat "$(log_of watch-b)")" '"from":"Shared Name"' "renamed event names the old name"
+assert_contains "$(cat "$LAB_OUT/peerlinkd-b.log")" "dnssd.collision=local" "b's log: a local collision (one avahi-daemon)"
 
 note "avahi-browse sees both, with their own TXT"
 avahi_browse_json _lab-coll._tcp >"$LAB_OUT/avahi.json"
