@@ -588,21 +588,26 @@ public actor Central {
 
     private func recheckWaiters() { process([]) }
 
+    static let gapService = BluetoothUUID(uuid16: 0x1800)
+    static let gattService = BluetoothUUID(uuid16: 0x1801)
+
     /// When each device's GATT objects last appeared, changed or went.
     private var lastAttributeChange: [ObjectPath: ContinuousClock.Instant] = [:]
 
     /// Waits (at most 5 s) until a device's GATT tree looks whole: ServicesResolved can come
     /// before BlueZ has exported every object (bluez #191; seen in the lab after a cache
     /// refresh: one service, no characteristics), so "resolved" alone is not "the tree is
-    /// there". A tree whose services all have characteristics is taken at once; otherwise
-    /// the objects must have stopped changing for 500 ms.
+    /// there". A tree whose own services (not GAP/GATT) all have characteristics is taken at
+    /// once; otherwise the objects must have stopped changing for 500 ms.
     private func settle(_ device: ObjectPath) async {
         let start = ContinuousClock.now
         while ContinuousClock.now - start < .seconds(5) {
             let services = table.children(of: device, .service)
-            // A tree with services that all have characteristics is taken as it is; an empty
-            // one, or a service still without characteristics, waits for the objects to stop coming.
-            let complete = !services.isEmpty && services.allSatisfy { !table.children(of: $0.path, .characteristic).isEmpty }
+            // A tree with a service of its own (not only GAP/GATT, whose characteristics BlueZ
+            // keeps to itself) where every such service has characteristics is taken as it is;
+            // otherwise wait for the objects to stop coming.
+            let own = services.filter { $0.uuid != Self.gapService && $0.uuid != Self.gattService }
+            let complete = !own.isEmpty && own.allSatisfy { !table.children(of: $0.path, .characteristic).isEmpty }
             if complete { return }
             if !services.isEmpty, let last = lastAttributeChange[device], ContinuousClock.now - last >= .milliseconds(500) { return }
             try? await Task.sleep(for: .milliseconds(100))
