@@ -249,11 +249,15 @@ public actor Central {
         return session
     }
 
+    /// The adapter a selector names (the first one for nil).
+    private func adapter(_ selector: AdapterSelector?) async throws(CentralError) -> AdapterInfo {
+        let s = try requireSession()
+        do { return try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+    }
+
     /// The adapter a selector names; it must be powered.
     private func poweredAdapter(_ selector: AdapterSelector?) async throws(CentralError) -> AdapterInfo {
-        let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         if a.powerState == "off-blocked" { throw .bluez(.blocked(a)) }
         guard a.powered else { throw .invalidState("adapter \(a.name) (\(a.address)) is powered off; turn it on with 'peerlink adapter power on --adapter \(a.name)'") }
         return a
@@ -617,8 +621,7 @@ public actor Central {
     /// Disconnects (and stops keeping) a device.
     public func disconnect(adapter selector: AdapterSelector?, address: BluetoothAddress) async throws(CentralError) -> Bool {
         let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         let key = DeviceKey(adapter: a.address, device: address)
         var wasKept = false
         if let k = kept.removeValue(forKey: key) {
@@ -695,17 +698,13 @@ public actor Central {
 
     /// The devices BlueZ knows on an adapter.
     public func devices(adapter selector: AdapterSelector?) async throws(CentralError) -> (AdapterInfo, [RemoteDevice], kept: Set<BluetoothAddress>) {
-        let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         return (a, table.devices(adapter: a.path), Set(kept.keys.filter { $0.adapter == a.address }.map(\.device)))
     }
 
     /// A connected device with resolved services.
     private func connectedDevice(_ selector: AdapterSelector?, _ address: BluetoothAddress) async throws(CentralError) -> (AdapterInfo, RemoteDevice) {
-        let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         guard let d = table.device(address, adapter: a.path) else { throw .notFound("device \(address) on \(a.name) (scan and connect first)") }
         guard d.connected else { throw .invalidState("device \(address) is not connected; connect first ('peerlink connect \(address)')") }
         if !d.servicesResolved {
@@ -733,15 +732,7 @@ public actor Central {
                     _ = try? await s.connection.call(destination: BlueZNames.service, path: d.path, interface: BlueZNames.device, member: "Disconnect", timeout: .seconds(10))
                     _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path)?.connected != true }
                 }
-                do {
-                    _ = try await s.connection.call(destination: BlueZNames.service, path: a.path, interface: BlueZNames.adapter,
-                                                    member: "RemoveDevice", [.objectPath(d.path)], timeout: .seconds(10))
-                } catch let e as BusError {
-                    throw .refused("removing the cached device \(address)", e)
-                } catch {
-                    throw .invalidState("\(error)")
-                }
-                _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path) == nil }
+                try await removeDevice(d, from: a, what: "removing the cached device \(address)")
             }
             _ = try await connectOnce(a, address: address, addressType: nil, timeout: timeout)
         }
@@ -928,8 +919,7 @@ public actor Central {
     /// Marks a device trusted (or not).
     public func trust(adapter selector: AdapterSelector?, address: BluetoothAddress, trusted: Bool) async throws(CentralError) -> RemoteDevice {
         let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         guard let d = table.device(address, adapter: a.path) else { throw .notFound("device \(address) on \(a.name)") }
         do {
             try await s.connection.setRemoteProperty(destination: BlueZNames.service, path: d.path, interface: BlueZNames.device,
@@ -945,22 +935,28 @@ public actor Central {
 
     /// Removes a device from BlueZ (its bond and cache go with it) and stops keeping it.
     public func forget(adapter selector: AdapterSelector?, address: BluetoothAddress) async throws(CentralError) {
-        let s = try requireSession()
-        let a: AdapterInfo
-        do { a = try await s.bluez.adapter(selector) } catch { throw .bluez(error) }
+        let a = try await adapter(selector)
         let key = DeviceKey(adapter: a.address, device: address)
         kept.removeValue(forKey: key)?.task?.cancel()
         guard let d = table.device(address, adapter: a.path) else { throw .notFound("device \(address) on \(a.name)") }
         if d.connected { localDisconnects.insert(key) }
+        try await removeDevice(d, from: a, what: "removing \(address)")
+    }
+
+    /// `Adapter1.RemoveDevice` (its link, bond and cached attributes go), then waits until the
+    /// object is gone from the table (at most 5 s).
+    private func removeDevice(_ d: RemoteDevice, from a: AdapterInfo, what: String) async throws(CentralError) {
+        let s = try requireSession()
         do {
             _ = try await s.connection.call(destination: BlueZNames.service, path: a.path, interface: BlueZNames.adapter,
                                             member: "RemoveDevice", [.objectPath(d.path)], timeout: .seconds(10))
         } catch let e as BusError {
-            throw .refused("removing \(address)", e)
+            throw .refused(what, e)
         } catch {
             throw .invalidState("\(error)")
         }
-        _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path) == nil }
+        let address = d.address, adapterPath = a.path
+        _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: adapterPath) == nil }
     }
 }
 
