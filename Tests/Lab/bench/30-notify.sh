@@ -38,6 +38,29 @@ cpu_note() {
         "btvirt $(( $(_ticks "$(_lab_pid btvirt)") - CPU0[1] ))0 ms, sender $(( $(_ticks "$2") - CPU0[2] ))0 ms"
 }
 
+# _ctxsw PID: context switches (voluntary + involuntary) of every thread of PID so far.
+_ctxsw() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'; }
+
+# BENCH_PERF=1: perf_wrap NAME prints a command prefix that samples the whole guest while the
+# command runs (perf record -a, cpu-clock); perf_report NAME PID then writes to
+# $LAB_OUT/perf-NAME.txt the CPU share of each process and the hottest symbols of PID.
+# (perf's data file is mmapped: in /dev/shm, not on the 9p results directory.)
+perf_wrap() {
+    [ "${BENCH_PERF:-0}" = 1 ] || return 0
+    command -v perf >/dev/null || fail "BENCH_PERF=1 but perf is not installed (apt-get install linux-perf)"
+    echo "perf record -q -a -e cpu-clock -F 499 -o /dev/shm/perf-$1.data --"
+}
+perf_report() {
+    local f="/dev/shm/perf-$1.data" out="$LAB_OUT/perf-$1.txt"
+    [ -e "$f" ] || return 0
+    { perf report -i "$f" --stdio --sort pid 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 15
+      echo "-- peerlinkd (pid $2)"
+      perf report -i "$f" --stdio --pid "$2" --sort dso,sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 60
+    } >"$out"
+    rm -f "$f"
+    note "$1: profile in perf-$1.txt: $(head -n 6 "$out" | tr -s ' ' | tr '\n' ';')"
+}
+
 # subscribed NAME: the receiver has its AcquireNotify fd (0), or it exited or 100 s passed (1).
 _ready_or_gone() { [ -e "$LAB_OUT/$1.ready" ] || _gone "$RX_PID"; }
 subscribed() {
@@ -76,7 +99,7 @@ RSS_MAX=0
 # ours_510 and ours_20 send one value a request; ours_510_values16 sends 16 a request
 # (gatt.notify's values_base64).  BENCH_BATCH=1 adds ours_510_batch16 (JSON-RPC batches of
 # 16 single-value requests a line; it measured the same as ours_510 in the last runs).
-RUNS="510:1:1 20:1:1 510:1:16"
+RUNS=${BENCH_RUNS:-"510:1:1 20:1:1 510:1:16"}
 [ "${BENCH_BATCH:-0}" = 1 ] && RUNS="$RUNS 510:16:1"
 for run_ in $RUNS; do
     IFS=: read -r size batch values <<<"$run_"
@@ -97,8 +120,12 @@ for run_ in $RUNS; do
     wait_for 10 bash -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket p)' --json gatt list | grep -q '\"subscribers\":[1-9]'" \
         || fail "$name: the daemon has no subscriber"
     cpu_mark "$PID"
-    run timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
+    ctx0=$(_ctxsw "$PID")
+    # shellcheck disable=SC2046
+    run $(perf_wrap "$name") timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
         --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --values "$values" --pid "$PID"
+    perf_report "$name" "$PID"
+    note "$name: daemon context switches during the run: $(( $(_ctxsw "$PID") - ctx0 )); $(grep "^CLIENT" <<<"$RUN_OUT")"
     [ "$RUN_RC" = 0 ] || fail "$name: the control client failed (rc $RUN_RC): $RUN_OUT"
     rss=$(sed -n 's/.*rss_max_kb=\([0-9]*\).*/\1/p' <<<"$RUN_OUT")
     [ -n "$rss" ] && [ "$rss" -gt 0 ] || fail "$name: no RSS sample of pid $PID: $RUN_OUT"
@@ -139,17 +166,23 @@ baseline fd_baseline_510 fd $SVC_FD 510
 baseline dbus_baseline_20 dbus $SVC_DBUS 20
 
 # ---- side by side ------------------------------------------------------------------------------
-"$PY3" - "${BPS[ours_510]}" "${BPS[fd_baseline_510]}" "${BPS[dbus_baseline_20]}" \
-    "${RATE[ours_20]}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" "${BPS[ours_510_values16]}" <<'PY' || fail "ratios"
+# (BENCH_RUNS may leave some of ours out: their ratios are then not printed.)
+"$PY3" - "${BPS[ours_510]:-}" "${BPS[fd_baseline_510]}" "${BPS[dbus_baseline_20]}" \
+    "${RATE[ours_20]:-}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" "${BPS[ours_510_values16]:-}" <<'PY' || fail "ratios"
 import sys
-ours, fd, dbus, ours20, dbus20, rss, values16 = map(float, sys.argv[1:])
-print(f"bench notify.ratio_vs_fd_bytes={ours / fd:.2f}")
-print(f"bench notify.ratio_vs_fd_bytes_values16={values16 / fd:.2f}")
+ours, fd, dbus, ours20, dbus20, rss, values16 = (float(v) if v else None for v in sys.argv[1:])
+if ours is not None:
+    print(f"bench notify.ratio_vs_fd_bytes={ours / fd:.2f}")
+if values16 is not None:
+    print(f"bench notify.ratio_vs_fd_bytes_values16={values16 / fd:.2f}")
 # Payload bytes per second: ours at 510 bytes against the D-Bus path at 20 (what each way delivers).
-print(f"bench notify.ratio_vs_dbus_rate={ours / dbus:.1f}")
-print(f"bench notify.ratio_vs_dbus_rate_values16={values16 / dbus:.1f}")
+if ours is not None:
+    print(f"bench notify.ratio_vs_dbus_rate={ours / dbus:.1f}")
+if values16 is not None:
+    print(f"bench notify.ratio_vs_dbus_rate_values16={values16 / dbus:.1f}")
 # The same 20-byte payload on both: notifications per second.
-print(f"bench notify.ratio_vs_dbus_rate_20={ours20 / dbus20:.2f}")
+if ours20 is not None:
+    print(f"bench notify.ratio_vs_dbus_rate_20={ours20 / dbus20:.2f}")
 print(f"bench notify.daemon_rss_mb={rss / 1024:.1f}")
 PY
 note "notify bench done"

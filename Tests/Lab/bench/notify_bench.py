@@ -470,8 +470,9 @@ def client(a):
     dt = time.monotonic() - t0
     cur, hwm = rss()
     rss_max = max(rss_max, cur)
+    cpu = os.times()
     print(f"CLIENT sent={sent} ok={ok} seconds={dt:.3f} rate={ok / dt if dt > 0 else 0:.1f} "
-          f"rss_max_kb={rss_max} hwm_kb={hwm}", flush=True)
+          f"rss_max_kb={rss_max} hwm_kb={hwm} client_cpu_s={cpu.user + cpu.system:.2f}", flush=True)
     if error:
         die("client", f"gatt.notify refused after {ok} ok: {error}")
 
