@@ -3,6 +3,7 @@ import DBus
 import Foundation
 import Logging
 import Synchronization
+import SystemKit
 
 /// The BLE central role over BlueZ: scans with filters, one operation scheduler per adapter,
 /// connections (optionally kept), GATT discovery, reads, writes, subscriptions, pairing.
@@ -541,13 +542,16 @@ public actor Central {
                     if isResolved(table) { return }
                     if let r = outcome.result, case .failure(let e) = r { throw e }
                     // Answered, not yet resolved: the connected branch above waits for the services.
-                    if outcome.isSet, await waitUntil(.seconds(1), isConnected) == false {
-                        // BlueZ said yes but no Connected change arrived: read its objects again.
+                    if outcome.isSet, await waitUntil(.milliseconds(150), isConnected) == false {
+                        // BlueZ said yes but no Connected change arrived (seen on the first
+                        // connect after a scan): read its objects again rather than wait.
                         logger.info("Connect answered but the device is not connected; reading BlueZ's state again",
                                     ["device": address.description, "attempt": "\(attempt)"])
                         await resync()
-                        lastError = "BlueZ answered Connect but the device did not connect"
-                        if !isConnected(table) { try? await Task.sleep(for: .milliseconds(500)) }
+                        if !isConnected(table) {
+                            lastError = "BlueZ answered Connect but the device did not connect"
+                            try? await Task.sleep(for: .milliseconds(500))
+                        }
                     }
                     continue
                 } catch let e as BusError {
@@ -810,7 +814,7 @@ public actor Central {
     /// Subscribes `owner` to notifications (AcquireNotify, falling back to StartNotify) or,
     /// with `indicate`, through StartNotify (BlueZ acquires only notifications).
     public func subscribe(owner: UInt64, adapter selector: AdapterSelector?, address: BluetoothAddress, characteristic uuid: BluetoothUUID,
-                          service: BluetoothUUID?, indicate: Bool, batch: Bool = false) async throws(CentralError) -> SubscriptionInfo {
+                          service: BluetoothUUID?, indicate: Bool, batch: Bool = false, stream: Bool = false) async throws(CentralError) -> SubscriptionInfo {
         let s = try requireSession()
         let (a, _, c) = try await characteristic(selector, address, uuid, service: service)
         guard c.flags.contains("notify") || c.flags.contains("indicate") else {
@@ -843,10 +847,27 @@ public actor Central {
             sources[c.path] = source
         }
         let source = sources[c.path]!
+        var writer: PacketWriter?
+        var theirs: Int32?
+        if stream {
+            // Each value goes to the client as one packet on a socket of its own; the client
+            // closing it ends the subscription.
+            let ours: Int32
+            do {
+                (ours, theirs) = try DescriptorPassing.packetPair()
+            } catch {
+                if source.isEmpty { sources.removeValue(forKey: c.path); source.stop() }
+                throw .invalidState("cannot make the stream's socket pair: \(error)")
+            }
+            writer = PacketWriter(fd: ours, label: id) { [weak self] why in
+                Task { await self?.unsubscribe(id, reason: "stream ended: \(why)") }
+            }
+        }
         subscriptions[id] = Subscription(id: id, owner: owner, key: key, charPath: c.path, uuid: uuid)
-        source.add(id, owner: owner, batch: batch)
-        logger.info("subscribed", ["subscription": id, "device": address.description, "characteristic": uuid.uuidString, "via": source.via])
-        return SubscriptionInfo(id: id, owner: owner, key: key, characteristic: uuid, via: source.via, mtu: source.mtu)
+        source.add(id, owner: owner, batch: batch, writer: writer)
+        logger.info("subscribed", ["subscription": id, "device": address.description, "characteristic": uuid.uuidString, "via": source.via,
+                                   "stream": "\(stream)"])
+        return SubscriptionInfo(id: id, owner: owner, key: key, characteristic: uuid, via: source.via, mtu: source.mtu, streamFD: theirs)
     }
 
     /// Ends a subscription; false when there is none with that id.
@@ -854,8 +875,8 @@ public actor Central {
     public func unsubscribe(_ id: String, reason: String = "unsubscribed") async -> Bool {
         guard let sub = subscriptions.removeValue(forKey: id) else { return false }
         guard let source = sources[sub.charPath] else { return true }
-        let count = source.remove(id)
-        onEvent(.subscriptionEnded(subscription: id, owner: sub.owner, device: sub.key.device, characteristic: sub.uuid, reason: reason, count: count))
+        let (count, dropped) = source.remove(id)
+        onEvent(.subscriptionEnded(subscription: id, owner: sub.owner, device: sub.key.device, characteristic: sub.uuid, reason: reason, count: count, dropped: dropped))
         if source.isEmpty {
             sources.removeValue(forKey: sub.charPath)
             if source.acquired {
@@ -884,9 +905,9 @@ public actor Central {
     private func endSource(_ path: ObjectPath, _ s: NotifySource, reason: String) {
         sources.removeValue(forKey: path)
         s.stop()
-        for (id, owner, count) in s.drain() {
+        for (id, owner, count, dropped) in s.drain() {
             subscriptions.removeValue(forKey: id)
-            onEvent(.subscriptionEnded(subscription: id, owner: owner, device: s.key.device, characteristic: s.uuid, reason: reason, count: count))
+            onEvent(.subscriptionEnded(subscription: id, owner: owner, device: s.key.device, characteristic: s.uuid, reason: reason, count: count, dropped: dropped))
         }
     }
 
@@ -964,11 +985,27 @@ public actor Central {
 /// (BlueZ gives one AcquireNotify socket per characteristic and client). Values are sent
 /// to the subscribers straight from the socket's queue, without a hop through the actor.
 final class NotifySource: Sendable {
+    struct Subscriber: Sendable {
+        let id: String
+        let owner: UInt64
+        var count: UInt64
+        let batch: Bool
+        /// A stream subscriber's socket (values as packets instead of events).
+        let writer: PacketWriter?
+
+        /// Closes its stream; (values delivered, values its stream dropped).
+        func finish() -> (UInt64, UInt64) {
+            guard let w = writer else { return (count, 0) }
+            w.close()
+            let dropped = w.counts.dropped
+            return (count - dropped, dropped)
+        }
+    }
     let key: DeviceKey
     let uuid: BluetoothUUID
     private let onEvent: @Sendable (CentralEvent) -> Void
     private struct State {
-        var subscribers: [(id: String, owner: UInt64, count: UInt64, batch: Bool)] = []
+        var subscribers: [Subscriber] = []
         var reader: NotifyReader?
         var mtu: Int?
     }
@@ -997,34 +1034,47 @@ final class NotifySource: Sendable {
         }
     }
 
-    func add(_ id: String, owner: UInt64, batch: Bool) { state.withLock { $0.subscribers.append((id, owner, 0, batch)) } }
+    func add(_ id: String, owner: UInt64, batch: Bool, writer: PacketWriter?) {
+        state.withLock { $0.subscribers.append(Subscriber(id: id, owner: owner, count: 0, batch: batch, writer: writer)) }
+    }
 
-    /// Removes a subscriber; returns how many values it got.
-    func remove(_ id: String) -> UInt64 {
-        state.withLock { s in
-            guard let i = s.subscribers.firstIndex(where: { $0.id == id }) else { return 0 }
-            return s.subscribers.remove(at: i).count
+    /// Removes a subscriber (closing its stream); returns how many values it got and how
+    /// many its stream dropped.
+    func remove(_ id: String) -> (UInt64, UInt64) {
+        let sub = state.withLock { s -> Subscriber? in
+            guard let i = s.subscribers.firstIndex(where: { $0.id == id }) else { return nil }
+            return s.subscribers.remove(at: i)
         }
+        guard let sub else { return (0, 0) }
+        return sub.finish()
     }
 
     /// Removes every subscriber; returns them with their counts.
-    func drain() -> [(String, UInt64, UInt64)] {
-        state.withLock { s in
+    func drain() -> [(String, UInt64, UInt64, UInt64)] {
+        let subs = state.withLock { s in
             defer { s.subscribers = [] }
-            return s.subscribers.map { ($0.id, $0.owner, $0.count) }
+            return s.subscribers
+        }
+        return subs.map { sub in
+            let (count, dropped) = sub.finish()
+            return (sub.id, sub.owner, count, dropped)
         }
     }
 
     /// Sends values (in order) to every subscriber, numbered per subscription.
     func deliver(_ values: [[UInt8]]) {
         let n = UInt64(values.count)
-        let targets = state.withLock { s -> [(String, UInt64, UInt64, Bool)] in
+        let targets = state.withLock { s -> [(Subscriber, UInt64)] in
             for i in s.subscribers.indices { s.subscribers[i].count += n }
-            return s.subscribers.map { ($0.id, $0.owner, $0.count - n + 1, $0.batch) }
+            return s.subscribers.map { ($0, $0.count - n + 1) }
         }
-        for (id, owner, first, batch) in targets {
-            onEvent(.notifications(subscription: id, owner: owner, device: key.device, characteristic: uuid,
-                                   values: values, firstSequence: first, batch: batch))
+        for (sub, first) in targets {
+            if let w = sub.writer {
+                w.send(values)
+            } else {
+                onEvent(.notifications(subscription: sub.id, owner: sub.owner, device: key.device, characteristic: uuid,
+                                       values: values, firstSequence: first, batch: sub.batch))
+            }
         }
     }
 

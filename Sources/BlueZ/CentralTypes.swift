@@ -21,7 +21,8 @@ public enum CentralEvent: Sendable {
     case notifications(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID,
                        values: [[UInt8]], firstSequence: UInt64, batch: Bool)
     /// A subscription ended (unsubscribed, disconnected, bluetoothd gone).
-    case subscriptionEnded(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID, reason: String, count: UInt64)
+    /// `count`: values delivered; `dropped`: values a stream subscriber's socket had no room for.
+    case subscriptionEnded(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID, reason: String, count: UInt64, dropped: UInt64)
 }
 
 /// Why a central operation failed.
@@ -98,6 +99,9 @@ public struct SubscriptionInfo: Sendable {
     public var via: String
     /// The link's ATT MTU when known.
     public var mtu: Int?
+    /// With `stream`: the client's end of the packet socket the values go to (the caller
+    /// passes it on and closes it).
+    public var streamFD: Int32? = nil
 }
 
 /// Classifies BlueZ errors of Connect that a retry can fix (FIELD.md section 3, item 2).

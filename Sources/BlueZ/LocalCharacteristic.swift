@@ -74,15 +74,14 @@ public final class LocalCharacteristic: Sendable {
         try await notify(values: CollectionOfOne(value), device: device)
     }
 
-    /// Sends each of `values`, in order, to every subscriber (or to `device` only), and stores
-    /// the last as the value: a stream of notifications in one call.
-    ///
-    /// Every value is checked before the first is sent: when one is too long for a target,
-    /// nothing is sent. When sending stops part way (the central unsubscribed), the error is
-    /// `.interrupted`, saying how many values went out.
-    public func notify(values: some BidirectionalCollection<[UInt8]>, device: BluetoothAddress? = nil) async throws(GattNotifyError) {
-        guard definition.has(GattFlag.notifyLike) else { throw .notNotifiable(uuid) }
-        guard let last = values.last else { return }
+    /// Throws what `notify` would for a value of `length` bytes to `device` (or everyone).
+    public func checkNotifyLength(_ length: Int, device: BluetoothAddress?) throws(GattNotifyError) {
+        _ = try notifyTargets(longest: length, device: device)
+    }
+
+    /// The sessions to notify (empty: the D-Bus path, through `connection`), after checking
+    /// that there is someone and that a value of `longest` bytes fits every target.
+    private func notifyTargets(longest: Int, device: BluetoothAddress?) throws(GattNotifyError) -> ([NotifySession], BusConnection?) {
         let (sessions, dbus, connection, perDevice) = state.withLock { s in
             s.sessions.removeAll { $0.isClosed }
             return (s.sessions, s.dbusSubscribers, s.connection, s.perDeviceNotify)
@@ -96,7 +95,6 @@ public final class LocalCharacteristic: Sendable {
         }
         if targets.isEmpty && dbus == 0 { throw .noSubscribers(uuid) }
         // Every target must take every value whole, or nothing is sent.
-        let longest = values.reduce(0) { max($0, $1.count) }
         if let smallest = targets.min(by: { $0.limit < $1.limit }), longest > smallest.limit {
             throw .tooLong(length: longest, limit: smallest.limit, mtu: smallest.mtu)
         }
@@ -104,6 +102,20 @@ public final class LocalCharacteristic: Sendable {
             throw .tooLong(length: longest, limit: 20, mtu: nil)
         }
         guard longest <= definition.maxLength else { throw .tooLong(length: longest, limit: definition.maxLength, mtu: nil) }
+        return (targets, connection)
+    }
+
+    /// Sends each of `values`, in order, to every subscriber (or to `device` only), and stores
+    /// the last as the value: a stream of notifications in one call.
+    ///
+    /// Every value is checked before the first is sent: when one is too long for a target,
+    /// nothing is sent. When sending stops part way (the central unsubscribed), the error is
+    /// `.interrupted`, saying how many values went out.
+    public func notify(values: some BidirectionalCollection<[UInt8]>, device: BluetoothAddress? = nil) async throws(GattNotifyError) {
+        guard definition.has(GattFlag.notifyLike) else { throw .notNotifiable(uuid) }
+        guard let last = values.last else { return }
+        let longest = values.reduce(0) { max($0, $1.count) }
+        let (targets, connection) = try notifyTargets(longest: longest, device: device)
         state.withLock { $0.value = last }
         var sent = 0
         for value in values {

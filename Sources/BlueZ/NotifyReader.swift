@@ -1,5 +1,4 @@
-// Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
-@preconcurrency import Dispatch
+import Foundation
 import Synchronization
 import SystemKit
 #if canImport(Glibc)
@@ -7,64 +6,73 @@ import Glibc
 #endif
 
 /// The receiving end of a remote characteristic's `AcquireNotify` socket: each packet is one
-/// notification, delivered in order on one serial queue. bluetoothd closes the socket when
-/// the link goes or the subscription ends; that is reported once through `onClose`.
+/// notification, delivered in order from one thread of its own. bluetoothd closes the socket
+/// when the link goes or the subscription ends; that is reported once through `onClose`.
+///
+/// A thread blocked in `poll` wakes once per burst, where a Dispatch source costs several
+/// thread hand-offs per packet (expensive on a small board, and ruinous under emulation).
+/// After the first packet of a burst it waits `coalesce` for more, so packets that arrive
+/// close together are delivered together (at most 64 at a time): fewer wakeups and events
+/// downstream for a fast stream, and at most that much added latency for a slow one.
 final class NotifyReader: Sendable {
     let fd: Int32
     let mtu: Int
-    private let source: DispatchSourceRead
     private let closed = OnceFlag()
+    /// How long to gather a burst after its first packet.
+    static let coalesce: Duration = .milliseconds(2)
 
     /// Starts reading `fd` (which it owns from now on).
     init(fd: Int32, mtu: Int, label: String, onValues: @escaping @Sendable ([[UInt8]]) -> Void,
          onClose: @escaping @Sendable (String) -> Void) {
         self.fd = fd
         self.mtu = mtu
-        let queue = DispatchQueue(label: "peerlink.notify-in.\(label)", target: .global(qos: .userInitiated))
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         let closed = self.closed
-        let src = source
-        // One buffer for the life of the reader: a packet is at most one ATT MTU (<= 517).
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
-        source.setEventHandler {
-            // Edge-triggered on Linux: read until the socket is empty. The packets of one
-            // wakeup go out together (at most 64 at a time), in order.
+        let thread = Thread {
+            // One buffer for the life of the reader: a packet is at most one ATT MTU (<= 517).
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
+            defer {
+                buffer.deallocate()
+                closeQuietly(fd)
+            }
+            let gather = timespec(tv_sec: 0, tv_nsec: Int(NotifyReader.coalesce.components.attoseconds / 1_000_000_000))
             var batch: [[UInt8]] = []
-            defer { if !batch.isEmpty { onValues(batch) } }
             while true {
-                let n = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
-                if n > 0 {
-                    batch.append(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
-                    if batch.count == 64 {
+                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let r = poll(&p, 1, -1)
+                if r < 0 && errno == EINTR { continue }
+                if r > 0 && p.revents & Int16(POLLIN) != 0 && p.revents & Int16(POLLHUP) == 0 {
+                    var t = gather, left = timespec()
+                    while nanosleep(&t, &left) != 0 && errno == EINTR { t = left }
+                }
+                // Read until the socket is empty; the packets of one wakeup go out together.
+                while true {
+                    let n = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
+                    if n > 0 {
+                        batch.append(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
+                        if batch.count == 64 {
+                            onValues(batch)
+                            batch.removeAll(keepingCapacity: true)
+                        }
+                        continue
+                    }
+                    let e = errno
+                    if !batch.isEmpty {
                         onValues(batch)
                         batch.removeAll(keepingCapacity: true)
                     }
-                    continue
+                    if n < 0, e == EAGAIN || e == EINTR { break }
+                    let why = n == 0 ? "bluetoothd closed the notification socket" : SystemError(call: "recv", code: e).description
+                    if closed.set() { onClose(why) }
+                    return
                 }
-                let e = errno
-                if n < 0, e == EAGAIN || e == EINTR { return }
-                let why = n == 0 ? "bluetoothd closed the notification socket" : SystemError(call: "recv", code: e).description
-                // The source is cancelled only here, from its own handler once the socket has
-                // ended: cancelling it from outside while bluetoothd hangs up at the same moment
-                // crashed libdispatch's epoll backend ("source finalized twice").
-                src.cancel()
-                if !batch.isEmpty {
-                    onValues(batch)
-                    batch.removeAll()
-                }
-                if closed.set() { onClose(why) }
-                return
             }
         }
-        source.setCancelHandler {
-            closeQuietly(fd)
-            buffer.deallocate()
-        }
-        source.activate()
+        thread.name = "notify-in"
+        thread.start()
     }
 
     /// Stops reading and ends the socket (bluetoothd then unsubscribes); no `onClose`.
-    /// `shutdown` makes the reader see the end, and the source is cancelled from its handler.
+    /// `shutdown` makes the reader thread see the end; it closes the descriptor.
     func close() {
         if closed.set() { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
@@ -77,4 +85,6 @@ final class OnceFlag: Sendable {
     private let value = Mutex(false)
     /// Sets the flag; true only for the first caller.
     func set() -> Bool { value.withLock { v in defer { v = true }; return !v } }
+    /// Whether the flag is set.
+    var isSet: Bool { value.withLock { $0 } }
 }

@@ -129,16 +129,19 @@ final class CentralCapability: DaemonCapability {
             }
         }
         ctx.register("central.subscribe") { p, req throws(RPCError) in
-            try p.rejectUnknown(allowed: ["adapter", "address", "characteristic", "service", "indicate", "batch"])
+            try p.rejectUnknown(allowed: ["adapter", "address", "characteristic", "service", "indicate", "batch", "stream"])
             let (address, uuid, service) = try Self.target(p)
             let indicate = try p.optionalBool("indicate") ?? false
             let batch = try p.optionalBool("batch") ?? false
+            let stream = try p.optionalBool("stream") ?? false
+            if batch && stream { throw .invalidParams("stream", "give batch or stream, not both") }
             let sel = try adapter(p)
             return try await Self.rpc { () async throws(CentralError) -> JSONValue in
                 let s = try await c.subscribe(owner: req.clientID, adapter: sel, address: address, characteristic: uuid, service: service,
-                                              indicate: indicate, batch: batch)
+                                              indicate: indicate, batch: batch, stream: stream)
+                if let fd = s.streamFD { req.passWithReply(fd) }
                 return ["subscription": .string(s.id), "device": .string(address.description), "characteristic": .string(uuid.uuidString),
-                        "via": .string(s.via), "mtu": Self.int(s.mtu)]
+                        "via": .string(s.via), "mtu": Self.int(s.mtu), "fd": .bool(s.streamFD != nil)]
             }
         }
         ctx.register("central.unsubscribe") { p, _ throws(RPCError) in
@@ -228,10 +231,10 @@ final class CentralCapability: DaemonCapability {
                     ctx.send(topic: "central.notification", data: GattCapability.valueJSON(v, extra: o), to: owner)
                 }
             }
-        case .subscriptionEnded(let sub, let owner, let d, let ch, let reason, let count):
+        case .subscriptionEnded(let sub, let owner, let d, let ch, let reason, let count, let dropped):
             ctx.send(topic: "central.subscription.ended", data: ["subscription": .string(sub), "device": .string(d.description),
                                                                  "characteristic": .string(ch.uuidString), "reason": .string(reason),
-                                                                 "count": .int(Int64(count))], to: owner)
+                                                                 "count": .int(Int64(count)), "dropped": .int(Int64(dropped))], to: owner)
         }
     }
 

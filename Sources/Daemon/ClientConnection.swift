@@ -38,6 +38,8 @@ final class ClientConnection: Sendable {
         var framer: LineFramer
         var outbox: [UInt8] = []
         var outboxStart = 0
+        /// Descriptors to pass (SCM_RIGHTS) with the outbox byte at `offset`, in order.
+        var passes: [(offset: Int, fds: [Int32])] = []
         var writeArmed = false
         var writeActivated = false
         /// A flush is queued and will take whatever the outbox holds when it runs.
@@ -182,21 +184,28 @@ final class ClientConnection: Sendable {
 
     // MARK: Writing (from any thread)
 
-    /// Queues bytes to send; with `thenClose`, closes once they are written.
+    /// Queues bytes to send; with `thenClose`, closes once they are written. `passing`:
+    /// descriptors that travel with the first of these bytes (SCM_RIGHTS); the connection owns
+    /// them from now on and closes its copies once they are sent (or it closes).
     ///
     /// The bytes join the outbox at once, in call order; one write is scheduled on the queue
     /// for whatever accumulates until it runs, so replies produced in quick succession (a
     /// pipelining client) go out together in one `send`.
-    func send(_ bytes: [UInt8], thenClose: Bool = false) {
-        let (schedule, drop) = state.withLock { s -> (Bool, Bool) in
-            if s.closed { return (false, false) }
+    func send(_ bytes: [UInt8], thenClose: Bool = false, passing: [Int32] = []) {
+        let (schedule, drop, refused) = state.withLock { s -> (Bool, Bool, [Int32]) in
+            if s.closed { return (false, false, passing) }
+            if !passing.isEmpty {
+                if bytes.isEmpty { return (false, false, passing) }
+                s.passes.append((s.outbox.count, passing))
+            }
             s.outbox.append(contentsOf: bytes)
             if thenClose { s.closeWhenFlushed = true }
-            if s.outbox.count - s.outboxStart > limits.maxOutboundBytes { return (false, true) }
-            if s.flushScheduled { return (false, false) }
+            if s.outbox.count - s.outboxStart > limits.maxOutboundBytes { return (false, true, []) }
+            if s.flushScheduled { return (false, false, []) }
             s.flushScheduled = true
-            return (true, false)
+            return (true, false, [])
         }
+        for fd in refused { closeQuietly(fd) }
         if drop {
             logger.warning("closing client: it is not reading (more than \(limits.maxOutboundBytes) bytes waiting)")
             close()
@@ -213,15 +222,27 @@ final class ClientConnection: Sendable {
     /// Writes as much as the socket takes. On the queue.
     private func flush() {
         while true {
-            let chunk: [UInt8]? = state.withLock { s in
+            // A chunk ends where the next descriptors are attached: they go with its first byte.
+            let next: (chunk: [UInt8], fds: [Int32])? = state.withLock { s in
                 if s.closed || s.outboxStart >= s.outbox.count { return nil }
-                return Array(s.outbox[s.outboxStart..<min(s.outbox.count, s.outboxStart + 262_144)])
+                var end = min(s.outbox.count, s.outboxStart + 262_144)
+                var fds: [Int32] = []
+                if let p = s.passes.first {
+                    if p.offset == s.outboxStart {
+                        fds = p.fds
+                        if s.passes.count > 1 { end = min(end, s.passes[1].offset) }
+                    } else {
+                        end = min(end, p.offset)
+                    }
+                }
+                return (Array(s.outbox[s.outboxStart..<end]), fds)
             }
-            guard let chunk else { break }
+            guard let next else { break }
             let n: Int?
             do {
-                n = try chunk.withUnsafeBytes { b in
-                    try syscallAllowingAgain("send") { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) }
+                n = try next.chunk.withUnsafeBytes { b in
+                    if !next.fds.isEmpty { return try DescriptorPassing.send(fd, b, passing: next.fds) }
+                    return try syscallAllowingAgain("send") { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) }
                 }
             } catch {
                 // The client went away; what it asked for cannot be delivered.
@@ -233,6 +254,11 @@ final class ClientConnection: Sendable {
                 setWriteArmed(true)
                 return
             }
+            if !next.fds.isEmpty {
+                // The client has its copies now.
+                state.withLock { _ = $0.passes.removeFirst() }
+                for d in next.fds { closeQuietly(d) }
+            }
             state.withLock { s in
                 s.outboxStart += n
                 if s.outboxStart == s.outbox.count {
@@ -240,6 +266,7 @@ final class ClientConnection: Sendable {
                     s.outboxStart = 0
                 } else if s.outboxStart > 1_048_576 {
                     s.outbox.removeFirst(s.outboxStart)
+                    for i in s.passes.indices { s.passes[i].offset -= s.outboxStart }
                     s.outboxStart = 0
                 }
             }
@@ -286,6 +313,8 @@ final class ClientConnection: Sendable {
                 if s.closed { return nil }
                 s.closed = true
                 s.outbox = []
+                for p in s.passes { for d in p.fds { closeQuietly(d) } }
+                s.passes = []
                 let t = s.partialTimer
                 s.partialTimer = nil
                 let h = s.closeHandlers

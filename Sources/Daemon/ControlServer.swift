@@ -32,6 +32,7 @@ public struct RequestContext: Sendable {
     /// The client's number.
     public let clientID: UInt64
     let client: ClientConnection
+    let attachments: ReplyAttachments
 
     /// Sets the topics this client receives events for (nil: none).
     public func setEventTopics(_ topics: [String]?) { client.setTopics(topics) }
@@ -41,6 +42,20 @@ public struct RequestContext: Sendable {
 
     /// Runs `handler` when this client's connection closes (for resources it owns).
     public func onConnectionClose(_ handler: @escaping @Sendable () -> Void) { client.addCloseHandler(handler) }
+
+    /// Passes `fd` to the client with the reply to this request (SCM_RIGHTS, attached to the
+    /// first byte of the reply's line). The server owns it from now on: it closes its copy once
+    /// sent, or at once when the method fails or the client is gone.
+    public func passWithReply(_ fd: Int32) { attachments.add(fd) }
+}
+
+/// Descriptors a method hands back with its reply.
+final class ReplyAttachments: Sendable {
+    private let fds = Mutex<[Int32]>([])
+    func add(_ fd: Int32) { fds.withLock { $0.append(fd) } }
+    func take() -> [Int32] { fds.withLock { f in defer { f = [] }; return f } }
+    /// Closes what was attached (the reply is an error).
+    func discard() { for fd in take() { closeQuietly(fd) } }
 }
 
 /// A JSON-RPC method: named parameters in, a result out, or an `RPCError`.
@@ -156,8 +171,11 @@ public final class ControlServer: Sendable {
                 client.send(RPCResponse(id: .null, error: error).encodedLine(), thenClose: true)
                 return
             case .request(let bytes):
-                if let reply = await answer(RPCIncoming.parse(line: bytes), client) {
-                    client.send(reply.encodedLine())
+                let attachments = ReplyAttachments()
+                if let reply = await answer(RPCIncoming.parse(line: bytes), client, attachments) {
+                    client.send(reply.encodedLine(), passing: attachments.take())
+                } else {
+                    attachments.discard()
                 }
             }
         }
@@ -166,32 +184,37 @@ public final class ControlServer: Sendable {
         logger.debug("client done", ["client.id": "\(client.id)"])
     }
 
-    private func answer(_ incoming: RPCIncoming, _ client: ClientConnection) async -> JSONValue? {
+    private func answer(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments) async -> JSONValue? {
         switch incoming {
         case .invalid(let id, let error):
             return RPCResponse(id: id, error: error).json
         case .request(let r):
-            let result = await call(r, client)
+            let result = await call(r, client, attachments)
             // Careful: JSONValue is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
             if r.isNotification { return JSONValue?.none }
             return RPCResponse(id: r.id ?? .null, outcome: result).json
         case .batch(let items):
             var replies: [JSONValue] = []
             for item in items {
-                if let reply = await answer(item, client) { replies.append(reply) }
+                if let reply = await answer(item, client, attachments) { replies.append(reply) }
             }
             if replies.isEmpty { return JSONValue?.none }
             return .array(replies)
         }
     }
 
-    private func call(_ r: RPCRequest, _ client: ClientConnection) async -> Result<JSONValue, RPCError> {
+    private func call(_ r: RPCRequest, _ client: ClientConnection, _ attachments: ReplyAttachments) async -> Result<JSONValue, RPCError> {
         guard let handler = methods.withLock({ $0[r.method] }) else {
             return .failure(.methodNotFound(r.method))
         }
+        // Descriptors of this request only: a failed method's are closed, others' kept.
+        let mine = ReplyAttachments()
         do {
-            return .success(try await handler(r.params, RequestContext(clientID: client.id, client: client)))
+            let v = try await handler(r.params, RequestContext(clientID: client.id, client: client, attachments: mine))
+            if r.isNotification { mine.discard() } else { for fd in mine.take() { attachments.add(fd) } }
+            return .success(v)
         } catch {
+            mine.discard()
             if error.code == RPCErrorCode.internalError {
                 logger.error("method failed", ["rpc.method": r.method, "error": error.message])
             }

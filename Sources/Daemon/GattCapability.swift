@@ -4,6 +4,7 @@ import Control
 import Foundation
 import Logging
 import Synchronization
+import SystemKit
 
 /// The GATT server: applications from definition files, reads, writes, notifications, and
 /// reads answered by a control client (`gatt.handle-reads` / `gatt.respond`).
@@ -15,6 +16,9 @@ final class GattCapability: DaemonCapability {
     private let nextRead = Mutex<UInt64>(1)
     /// Which client answers reads of which characteristic (app id + UUID → client id).
     private let readOwners = Mutex<[String: UInt64]>([:])
+    /// Open notification streams (`gatt.notify-stream`) by id.
+    private let streams = Mutex<[String: NotifyStream]>([:])
+    private let nextStream = Mutex<UInt64>(1)
     /// Seconds a handler client has to answer a read before the central gets an error.
     static let readTimeout: Duration = .seconds(5)
 
@@ -88,6 +92,18 @@ final class GattCapability: DaemonCapability {
                     "length": .int(Int64(values.reduce(0) { $0 + $1.count })), "count": .int(Int64(values.count)),
                     "subscribers": .int(Int64(c.subscriberCount))]
         }
+        ctx.register("gatt.notify-stream") { [weak self] params, rc throws(RPCError) in
+            try params.rejectUnknown(allowed: ["uuid", "app", "device"])
+            let c = try Self.characteristic(params, gatt)
+            guard c.definition.has(GattFlag.notifyLike) else { throw Self.rpc(.notNotifiable(c.uuid)) }
+            var device: BluetoothAddress?
+            if let d = try params.optionalString("device") {
+                guard let a = BluetoothAddress(d) else { throw .invalidParams("device", "expected an address like 00:AA:01:01:00:01, got \"\(d)\"") }
+                device = a
+            }
+            guard let self else { throw .internalError("shutting down") }
+            return try self.openStream(c, device: device, gatt: gatt, rc)
+        }
         ctx.register("gatt.handle-reads") { [weak self] params, rc throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "app", "enable"])
             let c = try Self.characteristic(params, gatt)
@@ -156,6 +172,41 @@ final class GattCapability: DaemonCapability {
                 self.pendingReads.withLock { $0.removeValue(forKey: id) }?.continuation.resume(returning: .failure(.application(0x80)))
             }
         }
+    }
+
+    /// A packet socket pair: our end feeds `c`'s notifications, the other goes to the client
+    /// with the reply. The stream ends with the client's control connection.
+    private func openStream(_ c: LocalCharacteristic, device: BluetoothAddress?, gatt: GattServer, _ rc: RequestContext) throws(RPCError) -> JSONValue {
+        let ours: Int32, theirs: Int32
+        do {
+            (ours, theirs) = try DescriptorPassing.packetPair()
+        } catch {
+            throw .internalError("cannot make the stream's socket pair: \(error)")
+        }
+        let id = nextStream.withLock { n -> String in defer { n += 1 }; return "stream\(n)" }
+        let owner = rc.clientID
+        let app = c.application, uuid = c.uuid
+        let stream = NotifyStream(fd: ours, characteristic: c, device: device,
+                                  isRegistered: { gatt.characteristic(uuid, application: app) === c }) { [weak self] end, counts in
+            _ = self?.streams.withLock { $0.removeValue(forKey: id) }
+            var data: [String: JSONValue] = [
+                "stream": .string(id), "uuid": .string(uuid.uuidString), "app": .string(app),
+                "reason": .string(end.name), "message": .string(end.message),
+                "received": .int(Int64(counts.received)), "sent": .int(Int64(counts.sent)),
+                "unsent": .int(Int64(counts.unsent)), "dropped": .int(Int64(counts.dropped)),
+            ]
+            if let device { data["device"] = .string(device.description) }
+            _ = self?.context.withLock({ $0 })?.send(topic: "gatt.stream.ended", data: .object(data), to: owner)
+        }
+        streams.withLock { $0[id] = stream }
+        rc.onConnectionClose { stream.stop() }
+        rc.passWithReply(theirs)
+        var out: [String: JSONValue] = [
+            "stream": .string(id), "uuid": .string(uuid.uuidString), "app": .string(app), "fd": true,
+            "subscribers": .int(Int64(c.subscriberCount)), "max_length": .int(Int64(c.definition.maxLength)),
+        ]
+        if let device { out["device"] = .string(device.description) }
+        return .object(out)
     }
 
     private func clientClosed(_ id: UInt64) {

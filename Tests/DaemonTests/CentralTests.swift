@@ -273,6 +273,28 @@ final class FakeCentralBlueZ: Sendable {
         fake.closeNotify()
         _ = try batched.nextEvent("central.subscription.ended")
 
+        // stream: the values come as packets on a socket passed with the reply, in order; the
+        // client closing it ends the subscription. batch and stream exclude each other.
+        let streamer = try RawClient(h.socketPath)
+        #expect(throws: RPCError.self) {
+            try streamer.call("central.subscribe", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "batch": true, "stream": true])
+        }
+        let r4 = try streamer.call("central.subscribe", ["address": "00:AA:01:09:00:03", "characteristic": "2a37", "stream": true])
+        #expect(r4["fd"] == true && r4["via"] == "acquire-notify", "\(r4)")
+        let sfd = try #require(streamer.descriptors.first, "the reply carries the stream's socket")
+        for i in 1...100 { try fake.notify([UInt8(i), 0xBB, 0xCC]) }
+        for i in 1...100 {
+            #expect(try SocketIO.waitReadable(sfd, timeoutMilliseconds: 5000))
+            var buf = [UInt8](repeating: 0, count: 600)
+            let n = recv(sfd, &buf, buf.count, 0)
+            #expect(Array(buf[0..<max(n, 0)]) == [UInt8(i), 0xBB, 0xCC], "packet \(i)")
+        }
+        closeQuietly(sfd)
+        let ended4 = try streamer.nextEvent("central.subscription.ended")["data"]
+        #expect(ended4?["subscription"] == r4["subscription"] && ended4?["count"] == 100 && ended4?["dropped"] == 0, "\(String(describing: ended4))")
+        #expect(ended4?["reason"]?.stringValue?.contains("stream ended") == true)
+        #expect(try h.call("central.status")["subscriptions"] == [])
+
         // An address BlueZ has not seen: ConnectDevice.
         _ = try h.call("central.connect", ["address": "00:AA:01:09:00:07", "timeout": 10])
         #expect(fake.calls.contains("ConnectDevice 00:AA:01:09:00:07"))

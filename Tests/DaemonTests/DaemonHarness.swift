@@ -95,6 +95,8 @@ final class RawClient {
     let fd: Int32
     private var framer = LineFramer(maxLineBytes: 64 * 1_048_576)
     private var nextID: Int64 = 1
+    /// Descriptors the server passed (SCM_RIGHTS), in arrival order; the test owns them.
+    var descriptors: [Int32] = []
 
     init(_ path: String) throws { fd = try UnixSocket.connect(path: path) }
     deinit { closeQuietly(fd) }
@@ -110,7 +112,8 @@ final class RawClient {
             let left = deadline.timeIntervalSinceNow
             guard left > 0 else { throw TestSupportError("no line within \(timeout) s") }
             guard try SocketIO.waitReadable(fd, timeoutMilliseconds: Int32(left * 1000) + 1) else { continue }
-            let chunk = try SocketIO.receive(fd)
+            guard let (chunk, fds) = try DescriptorPassing.receive(fd) else { continue }
+            descriptors += fds
             if chunk.isEmpty { return nil }
             framer.append(chunk)
         }

@@ -147,6 +147,66 @@ import Glibc
         return n < 0 ? nil : Array(buf[0..<n])
     }
 
+    @Test func notifyStreamThroughAPassedSocket() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        _ = try r.daemon.call("gatt.register", ["definition": Self.definition])
+        let raw = try await Self.acquire(r)
+        defer { closeQuietly(raw) }
+        let client = try RawClient(r.daemon.socketPath)
+        let res = try client.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
+        #expect(res["fd"] == true && res["stream"] == "stream1" && res["subscribers"] == 1, "\(res)")
+        let s = try #require(client.descriptors.first, "the reply carries the stream's socket")
+        defer { closeQuietly(s) }
+
+        // Each packet written is one notification, in order; the last is the stored value.
+        let values: [[UInt8]] = [[1], [2, 3], Array("hello".utf8)] + (0..<200).map { i in [UInt8(i & 0xff), 0xaa] }
+        for v in values { #expect(send(s, v, v.count, 0) == v.count) }
+        for v in values { #expect(try Self.packet(raw) == v) }
+        func stored() throws -> JSONValue? {
+            try r.daemon.call("gatt.list")["applications"]?.arrayValue?.first?["services"]?.arrayValue?.first?["characteristics"]?.arrayValue?.first?["value_hex"]
+        }
+        #expect(try stored() == "c7aa")
+
+        // A value longer than one notification (98 > MTU 100 - 3) ends the stream: the event
+        // says why and how many went out; the client's end is closed; nothing more is sent.
+        let long = [UInt8](repeating: 7, count: 98)
+        #expect(send(s, long, long.count, 0) == long.count)
+        let ended = try client.nextEvent("gatt.stream.ended")["data"]
+        #expect(ended?["reason"] == "too-long" && ended?["message"]?.stringValue?.contains("at most 97") == true, "\(String(describing: ended))")
+        #expect(ended?["sent"]?.intValue == Int64(values.count) && ended?["received"]?.intValue == Int64(values.count + 1) && ended?["dropped"] == 1)
+        #expect(try Self.packet(raw, timeout: 0.3) == nil)
+        var b = [UInt8](repeating: 0, count: 8)
+        #expect(recv(s, &b, b.count, 0) == 0, "the daemon closed its end")
+
+        // Nobody subscribed: values are stored, not sent, counted as unsent; closing ends it.
+        shutdown(raw, Int32(SHUT_RDWR))
+        try await Task.sleep(for: .milliseconds(200))
+        _ = try client.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
+        let s2 = try #require(client.descriptors.last)
+        #expect(send(s2, [0x61], 1, 0) == 1 && send(s2, [0x62], 1, 0) == 1)
+        try await Task.sleep(for: .milliseconds(200))
+        closeQuietly(s2)
+        let ended2 = try client.nextEvent("gatt.stream.ended")["data"]
+        #expect(ended2?["reason"] == "closed" && ended2?["unsent"] == 2 && ended2?["sent"] == 0 && ended2?["stream"] == "stream2", "\(String(describing: ended2))")
+        #expect(try stored() == "62")
+
+        // The stream ends with the control connection that opened it.
+        let other = try RawClient(r.daemon.socketPath)
+        _ = try other.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
+        let s3 = try #require(other.descriptors.first)
+        defer { closeQuietly(s3) }
+        closeQuietly(other.fd)
+        #expect(try SocketIO.waitReadable(s3, timeoutMilliseconds: 5000))
+        #expect(recv(s3, &b, b.count, 0) == 0)
+
+        // Bad requests: unknown characteristic, unknown parameter, bad device.
+        #expect(throws: RPCError.self) { try client.call("gatt.notify-stream", ["uuid": "180d"]) }
+        #expect(throws: RPCError.self) { try client.call("gatt.notify-stream", ["uuid": .string(Self.chr), "x": 1]) }
+        #expect(throws: RPCError.self) { try client.call("gatt.notify-stream", ["uuid": .string(Self.chr), "device": "nope"]) }
+        #expect(client.descriptors.count == 2, "no descriptor comes with an error")
+    }
+
     @Test func notifyManyValuesAtOnce() async throws {
         let r = try await Self.rig()
         defer { r.daemon.stop() }

@@ -10,6 +10,7 @@
 # Plus the daemon's RSS while it notifies.  No timing assertions: exit 0 when everything was
 # measured, non-zero when something could not be.  BENCH_COUNT notifications a run (3000).
 . "$LAB_DIR/lib.sh"
+. "$LAB_DIR/bench/benchlib.sh"
 require_peerlink
 
 COUNT=${BENCH_COUNT:-3000}
@@ -27,38 +28,6 @@ receiver() {
     spawn "rx-$1" bench central --adapter hci1 --service "$2" --char $CHR --count "$COUNT" --size "$3" \
         --ready-file "$LAB_OUT/$1.ready" --find-timeout 90 --run-timeout 40
     RX_PID=$SPAWN_PID
-}
-
-# cpu_mark: CPU ticks (utime+stime, 1/100 s) of bluetoothd, btvirt and the sender so far;
-# cpu_note NAME SENDER_PID: how much each used since cpu_mark (where the time goes).
-_ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-cpu_mark() { CPU0=("$(_ticks "$(_lab_pid bluetoothd)")" "$(_ticks "$(_lab_pid btvirt)")" "$(_ticks "$1")"); }
-cpu_note() {
-    note "$1: CPU time during the run: bluetoothd $(( $(_ticks "$(_lab_pid bluetoothd)") - CPU0[0] ))0 ms," \
-        "btvirt $(( $(_ticks "$(_lab_pid btvirt)") - CPU0[1] ))0 ms, sender $(( $(_ticks "$2") - CPU0[2] ))0 ms"
-}
-
-# _ctxsw PID: context switches (voluntary + involuntary) of every thread of PID so far.
-_ctxsw() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'; }
-
-# BENCH_PERF=1: perf_wrap NAME prints a command prefix that samples the whole guest while the
-# command runs (perf record -a, cpu-clock); perf_report NAME PID then writes to
-# $LAB_OUT/perf-NAME.txt the CPU share of each process and the hottest symbols of PID.
-# (perf's data file is mmapped: in /dev/shm, not on the 9p results directory.)
-perf_wrap() {
-    [ "${BENCH_PERF:-0}" = 1 ] || return 0
-    command -v perf >/dev/null || fail "BENCH_PERF=1 but perf is not installed (apt-get install linux-perf)"
-    echo "perf record -q -a -e cpu-clock -F 499 -o /dev/shm/perf-$1.data --"
-}
-perf_report() {
-    local f="/dev/shm/perf-$1.data" out="$LAB_OUT/perf-$1.txt"
-    [ -e "$f" ] || return 0
-    { perf report -i "$f" --stdio --sort pid 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 15
-      echo "-- peerlinkd (pid $2)"
-      perf report -i "$f" --stdio --pid "$2" --sort dso,sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 60
-    } >"$out"
-    rm -f "$f"
-    note "$1: profile in perf-$1.txt: $(head -n 6 "$out" | tr -s ' ' | tr '\n' ';')"
 }
 
 # subscribed NAME: the receiver has its AcquireNotify fd (0), or it exited or 100 s passed (1).
@@ -99,11 +68,15 @@ RSS_MAX=0
 # ours_510 and ours_20 send one value a request; ours_510_values16 sends 16 a request
 # (gatt.notify's values_base64).  BENCH_BATCH=1 adds ours_510_batch16 (JSON-RPC batches of
 # 16 single-value requests a line; it measured the same as ours_510 in the last runs).
-RUNS=${BENCH_RUNS:-"510:1:1 20:1:1 510:1:16"}
+RUNS=${BENCH_RUNS:-"510:1:1 20:1:1 510:1:16 510:stream:1"}
 [ "${BENCH_BATCH:-0}" = 1 ] && RUNS="$RUNS 510:16:1"
 for run_ in $RUNS; do
     IFS=: read -r size batch values <<<"$run_"
     name=ours_$size
+    mode=()
+    if [ "$batch" = stream ]; then
+        name=${name}_stream; batch=1; mode=(--stream)
+    fi
     [ "$batch" = 1 ] || name=${name}_batch$batch
     [ "$values" = 1 ] || name=${name}_values$values
     note "$name: $COUNT notifications of $size bytes through peerlinkd"
@@ -119,11 +92,11 @@ for run_ in $RUNS; do
     fi
     wait_for 10 bash -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket p)' --json gatt list | grep -q '\"subscribers\":[1-9]'" \
         || fail "$name: the daemon has no subscriber"
-    cpu_mark "$PID"
+    cpu_mark peerlinkd="$PID"
     ctx0=$(_ctxsw "$PID")
     # shellcheck disable=SC2046
     run $(perf_wrap "$name") timeout --foreground 60 "$PY3" -u "$LAB_DIR/bench/notify_bench.py" client --socket "$(pl_socket p)" \
-        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --values "$values" --pid "$PID"
+        --char $CHR --count "$COUNT" --size "$size" --window 64 --batch "$batch" --values "$values" --pid "$PID" "${mode[@]}"
     perf_report "$name" "$PID"
     note "$name: daemon context switches during the run: $(( $(_ctxsw "$PID") - ctx0 )); $(grep "^CLIENT" <<<"$RUN_OUT")"
     [ "$RUN_RC" = 0 ] || fail "$name: the control client failed (rc $RUN_RC): $RUN_OUT"
@@ -131,7 +104,7 @@ for run_ in $RUNS; do
     [ -n "$rss" ] && [ "$rss" -gt 0 ] || fail "$name: no RSS sample of pid $PID: $RUN_OUT"
     [ "$rss" -gt "$RSS_MAX" ] && RSS_MAX=$rss
     collect "$name"
-    cpu_note "$name" "$PID"
+    cpu_note "$name"
     expect_rc 0 pl p advertise stop
 done
 hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status")
@@ -155,10 +128,10 @@ baseline() {
         subscribed "$name" || fail "$name: central not subscribed: $(tail -n 5 "$(log_of "rx-$name")"; tail -n 5 "$(log_of "tx-$name")")"
     fi
     wait_log 20 "tx-$name" SUBSCRIBED || fail "$name: the peripheral saw no subscription: $(tail -n 5 "$(log_of "tx-$name")")"
-    cpu_mark "$(pgrep -P "$tx" | head -n 1)"     # the python under spawn's subshell
+    cpu_mark sender="$(pgrep -P "$tx" | head -n 1)"     # the python under spawn's subshell
     touch "$LAB_OUT/$name.go"
     collect "$name"
-    cpu_note "$name" "$(pgrep -P "$tx" | head -n 1)"
+    cpu_note "$name"
     note "$name: peripheral: $(grep '^SENT' "$(log_of "tx-$name")")"
     _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
 }
@@ -168,9 +141,14 @@ baseline dbus_baseline_20 dbus $SVC_DBUS 20
 # ---- side by side ------------------------------------------------------------------------------
 # (BENCH_RUNS may leave some of ours out: their ratios are then not printed.)
 "$PY3" - "${BPS[ours_510]:-}" "${BPS[fd_baseline_510]}" "${BPS[dbus_baseline_20]}" \
-    "${RATE[ours_20]:-}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" "${BPS[ours_510_values16]:-}" <<'PY' || fail "ratios"
+    "${RATE[ours_20]:-}" "${RATE[dbus_baseline_20]}" "$RSS_MAX" "${BPS[ours_510_values16]:-}" "${BPS[ours_510_stream]:-}" <<'PY' || fail "ratios"
 import sys
-ours, fd, dbus, ours20, dbus20, rss, values16 = (float(v) if v else None for v in sys.argv[1:])
+ours, fd, dbus, ours20, dbus20, rss, values16, stream = (float(v) if v else None for v in sys.argv[1:])
+if stream is not None:
+    print(f"bench notify.ratio_vs_fd_bytes_stream={stream / fd:.2f}")
+    print(f"bench notify.ratio_vs_dbus_rate_stream={stream / dbus:.1f}")
+# What the target of 50x the D-Bus path asks of any sender here: the fd baseline's own ratio.
+print(f"bench notify.fd_baseline_vs_dbus_rate={fd / dbus:.1f}")
 if ours is not None:
     print(f"bench notify.ratio_vs_fd_bytes={ours / fd:.2f}")
 if values16 is not None:

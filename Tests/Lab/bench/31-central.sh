@@ -9,6 +9,7 @@
 # Each receiver also times scan hit -> connect -> services resolved -> first read (not the fd
 # baseline, which reads nothing). No timing assertions: exit 0 when everything was measured.
 . "$LAB_DIR/lib.sh"
+. "$LAB_DIR/bench/benchlib.sh"
 require_peerlink
 
 COUNT=${BENCH_COUNT:-3000}
@@ -37,10 +38,18 @@ run_one() {
     wait_for 100 _ready_or_gone "$name"
     [ -e "$LAB_OUT/$name.ready" ] || fail "$name: the central did not subscribe: $(tail -n 5 "$(log_of "rx-$name")"; tail -n 3 "$(log_of "tx-$name")")"
     wait_log 20 "tx-$name" SUBSCRIBED || fail "$name: the peripheral saw no subscription: $(tail -n 5 "$(log_of "tx-$name")")"
+    local marks=(receiver="$(pgrep -P "$RX_PID" | head -n 1)")
+    [ "$name" = "${name#ours}" ] || marks+=(peerlinkd="${PEERLINKD_PID[c]}")
+    cpu_mark "${marks[@]}"
+    local ctx0; ctx0=$(_ctxsw "${PEERLINKD_PID[c]}")
+    perf_sample "$name" 4
     touch "$LAB_OUT/$name.go"
     wait_log 90 "rx-$name" RESULT || fail "$name: no result: $(tail -n 5 "$(log_of "rx-$name")")"
     local line; line=$(grep '^RESULT' "$(log_of "rx-$name")")
     note "$name: $line"
+    cpu_note "$name"
+    [ "$name" = "${name#ours}" ] || note "$name: daemon context switches: $(( $(_ctxsw "${PEERLINKD_PID[c]}") - ctx0 ))"
+    perf_report "$name" "${PEERLINKD_PID[c]}"
     RATE[$name]=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$line")
     BPS[$name]=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
     [ -n "${RATE[$name]}" ] && [ -n "${BPS[$name]}" ] || fail "$name: nothing measured: $line"
@@ -54,13 +63,15 @@ run_one() {
 }
 
 run_one ours C4FB2349-72FE-4CA2-94D6-1F3CB16331F0 cb ours --socket "$(pl_socket c)"
+run_one ours_stream C4FB2349-72FE-4CA2-94D6-1F3CB16331F3 cb ours --socket "$(pl_socket c)" --stream
 run_one fd_baseline C4FB2349-72FE-4CA2-94D6-1F3CB16331F1 nb central --adapter hci1 --find-timeout 90 --run-timeout 40
 run_one dbus_baseline C4FB2349-72FE-4CA2-94D6-1F3CB16331F2 cb dbus --adapter hci1
 
-"$PY3" - "${BPS[ours]}" "${BPS[fd_baseline]}" "${BPS[dbus_baseline]}" "${READ[ours]}" "${READ[dbus_baseline]}" <<'PY' || fail "ratios"
+"$PY3" - "${BPS[ours]}" "${BPS[fd_baseline]}" "${BPS[dbus_baseline]}" "${READ[ours]}" "${READ[dbus_baseline]}" "${BPS[ours_stream]}" <<'PY' || fail "ratios"
 import sys
-ours, fd, dbus, read_ours, read_py = map(float, sys.argv[1:])
+ours, fd, dbus, read_ours, read_py, stream = map(float, sys.argv[1:])
 print(f"bench central.ratio_vs_fd_bytes={ours / fd:.2f}")
+print(f"bench central.ratio_vs_fd_bytes_stream={stream / fd:.2f}")
 print(f"bench central.ratio_vs_dbus_bytes={ours / dbus:.1f}")
 print(f"bench central.first_read_ratio_vs_python={read_ours / read_py:.2f}")
 PY

@@ -16,7 +16,9 @@ the 4-byte big-endian sequence numbers that start each payload.  It prints
         GLib main loop.
     central_bench.py ours --socket PATH --service U --char U --count N --size S --ready-file F
         PeerLink: a control client of peerlinkd (central.scan, central.connect, central.read,
-        central.subscribe with batch) counting the values of central.notifications events.
+        central.subscribe with batch) counting the values of central.notifications events;
+        with --stream, central.subscribe with stream: the values as packets on the socket
+        passed with the reply (SCM_RIGHTS).
 (The Python AcquireNotify-fd receiver is notify_bench.py central.)
 """
 import argparse
@@ -226,6 +228,49 @@ class Control:
                 return m["params"]
 
 
+def ours_stream(a, c, addr, svc):
+    """--stream: the values come as packets on a socket peerlinkd passes with its reply."""
+    i = c.next_id
+    c.next_id += 1
+    c.s.sendall(json.dumps({"jsonrpc": "2.0", "id": i, "method": "central.subscribe",
+                            "params": {"address": addr, "characteristic": a.char, "service": svc, "stream": True}}).encode() + b"\n")
+    fds = []
+    c.s.settimeout(60)
+    while True:
+        while not c.lines:
+            data, got, _, _ = socket.recv_fds(c.s, 1 << 20, 4)
+            if not data:
+                die("peerlinkd closed the connection")
+            fds += got
+            parts = (c.buf + data).split(b"\n")
+            c.buf = parts.pop()
+            c.lines.extend(parts)
+        m = json.loads(c.lines.popleft())
+        if m.get("id") == i:
+            break
+    if "error" in m or not fds:
+        die(f"central.subscribe stream: {m.get('error', 'no descriptor came with the reply')}")
+    r = m["result"]
+    print(f"SUBSCRIBED via={r['via']} mtu={r['mtu']} stream", flush=True)
+    ss = socket.socket(fileno=fds[0])
+    ready(a)
+    counter = Counter(a)
+    end = time.monotonic() + a.run_timeout
+    while not counter.done() and time.monotonic() < end and not counter.idle():
+        ss.settimeout(0.5)
+        try:
+            pkt = ss.recv(4096)
+        except socket.timeout:
+            continue
+        if not pkt:
+            break
+        counter.add(pkt)
+    counter.report()
+    ss.close()
+    c.call("central.disconnect", {"address": addr})
+    c.call("central.forget", {"address": addr})
+
+
 def ours(a):
     c = Control(a.socket)
     svc = full(a.service)
@@ -245,6 +290,8 @@ def ours(a):
     print(f"FIRST_READ seconds={time.monotonic() - t_hit:.3f}", flush=True)
     # batch: the values that arrive together come in one event (base64), as a program that
     # wants throughput would ask for them.
+    if a.stream:
+        return ours_stream(a, c, addr, svc)
     r = c.call("central.subscribe", {"address": addr, "characteristic": a.char, "service": svc, "batch": True})
     print(f"SUBSCRIBED via={r['via']} mtu={r['mtu']}", flush=True)
     ready(a)
@@ -282,6 +329,8 @@ def main():
         s.add_argument("--find-timeout", type=float, default=90)
         s.add_argument("--run-timeout", type=float, default=40)
         s.add_argument("--idle", type=float, default=5)
+        if name == "ours":
+            s.add_argument("--stream", action="store_true")
     a = p.parse_args()
     (dbus_central if a.cmd == "dbus" else ours)(a)
 

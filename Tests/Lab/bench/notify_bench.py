@@ -35,8 +35,12 @@
         PID (the daemon) every 0.1 s.  Prints
             CLIENT sent=N ok=K seconds=T rate=R rss_max_kb=X hwm_kb=Y
         Exit 0 when every request was answered without error, 1 otherwise.
+        With --stream: one `gatt.notify-stream` request instead; the reply carries a packet
+        socket (SCM_RIGHTS) and the client writes each value to it (blocking, like the fd
+        baseline), closes it, and waits for `gatt.stream.ended`, whose `sent` must be N.
 """
 import argparse
+import json
 import os
 import re
 import select
@@ -388,8 +392,70 @@ def peripheral(a):
 
 
 # ---- ours: the control client -------------------------------------------------------------------
+def stream_client(a):
+    """--stream: values written to the packet socket peerlinkd passes with its reply."""
+    values = [payload(i, a.size) for i in range(a.count)]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(a.socket)
+    s.settimeout(a.timeout)
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"gatt.notify-stream","params":{"uuid":"%s"}}\n' % a.char.encode())
+    buf, fds = b"", []
+    while b"\n" not in buf:
+        data, got, _, _ = socket.recv_fds(s, 65536, 4)
+        if not data:
+            die("client", "the daemon closed the connection")
+        buf += data
+        fds += got
+    reply, buf = buf.split(b"\n", 1)
+    if b'"error"' in reply or not fds:
+        die("client", f"gatt.notify-stream refused: {reply.decode(errors='replace')[:400]}")
+    ss = socket.socket(fileno=fds[0])
+
+    def rss():
+        try:
+            with open(f"/proc/{a.pid}/status") as f:
+                return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            return 0
+    rss_max = rss() if a.pid else 0
+    cpu0 = os.times()
+    t0 = t_sample = time.monotonic()
+    sent = 0
+    try:
+        for v in values:
+            ss.send(v)
+            sent += 1
+            if a.pid and sent % 64 == 0 and time.monotonic() - t_sample >= 0.1:
+                t_sample = time.monotonic()
+                rss_max = max(rss_max, rss())
+    except OSError as e:
+        print(f"client: stream send failed after {sent}: {e}", file=sys.stderr, flush=True)
+    ss.close()
+    dt = time.monotonic() - t0
+    # The daemon reports the end of the stream with its counts.
+    ended = None
+    while ended is None:
+        while b"\n" not in buf:
+            data = s.recv(65536)
+            if not data:
+                die("client", "the daemon closed the connection before gatt.stream.ended")
+            buf += data
+        line, buf = buf.split(b"\n", 1)
+        m = json.loads(line)
+        if m.get("method") == "event" and m["params"]["topic"] == "gatt.stream.ended":
+            ended = m["params"]["data"]
+    cpu = os.times()
+    print(f"CLIENT sent={sent} ok={ended['sent']} seconds={dt:.3f} rate={sent / dt if dt > 0 else 0:.1f} "
+          f"rss_max_kb={max(rss_max, rss() if a.pid else 0)} hwm_kb=0 client_cpu_s={cpu.user + cpu.system - cpu0.user - cpu0.system:.2f} "
+          f"stream_reason={ended['reason']} unsent={ended['unsent']} dropped={ended['dropped']}", flush=True)
+    if ended["sent"] != a.count:
+        die("client", f"the stream ended ({ended['reason']}: {ended['message']}) with {ended['sent']} of {a.count} sent")
+
+
 def client(a):
     import base64
+    if a.stream:
+        return stream_client(a)
 
     reqs = []
     per = []  # values in each request
@@ -509,6 +575,7 @@ def main():
     k.add_argument("--values", type=int, default=1)
     k.add_argument("--pid", type=int, default=0)
     k.add_argument("--timeout", type=float, default=30)
+    k.add_argument("--stream", action="store_true")
     a = ap.parse_args()
     {"central": central, "peripheral": peripheral, "client": client}[a.cmd](a)
 
