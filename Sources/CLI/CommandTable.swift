@@ -27,6 +27,7 @@ public enum CommandTable {
         PeripheralCommands.list,
         PeripheralCommands.set,
         PeripheralCommands.notify,
+        PeripheralCommands.stream,
         PeripheralCommands.advertiseStart,
         PeripheralCommands.advertiseStop,
         PeripheralCommands.advertiseList,

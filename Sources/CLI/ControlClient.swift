@@ -45,6 +45,8 @@ public final class ControlClient {
     private var nextID: Int64 = 1
     private var queued: [RPCNotification] = []
     private var queueHead = 0
+    /// Descriptors the daemon passed (SCM_RIGHTS), oldest first, until taken.
+    private var descriptors: [Int32] = []
 
     /// Connects to the daemon at `socketPath`.
     public init(socketPath: String) throws(ControlClientError) {
@@ -58,12 +60,21 @@ public final class ControlClient {
         }
     }
 
-    deinit { close() }
+    deinit {
+        close()
+        for d in descriptors { closeQuietly(d) }
+    }
 
     /// Closes the connection (idempotent).
     public func close() {
         closeQuietly(fd)
         fd = -1
+    }
+
+    /// The oldest descriptor the daemon passed with a reply (a data stream's socket), now
+    /// owned by the caller; nil when none came.
+    public func takeDescriptor() -> Int32? {
+        descriptors.isEmpty ? nil : descriptors.removeFirst()
     }
 
     /// Calls `method` and returns its result; `timeout` (seconds, nil = forever) bounds the wait.
@@ -152,7 +163,9 @@ public final class ControlClient {
             }
             do {
                 guard try SocketIO.waitReadable(fd, timeoutMilliseconds: waitMilliseconds) else { continue }
-                let chunk = try SocketIO.receive(fd)
+                // recvmsg: a reply may carry a descriptor (a data stream's socket).
+                guard let (chunk, fds) = try DescriptorPassing.receive(fd) else { continue }
+                descriptors += fds
                 if chunk.isEmpty { throw ControlClientError.closed }
                 framer.append(chunk)
             } catch let error as ControlClientError {

@@ -1,6 +1,11 @@
+import BLE
 import Arguments
 import Control
 import Foundation
+import SystemKit
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `peerlink gatt ...`, `advertise ...` and `agent ...`: the peripheral role.
 enum PeripheralCommands {
@@ -100,6 +105,104 @@ enum PeripheralCommands {
             let count = r["count"]?.intValue ?? 1
             return "notified \(count == 1 ? "" : "\(count) values, ")\(r["length"]?.intValue ?? 0) bytes to \(r["subscribers"]?.intValue ?? 0) subscriber(s)"
         }))
+
+    static let stream = CLICommand(
+        ["gatt", "stream"], abstract: "Notify each line of standard input (or a file) as one value, through a data stream.",
+        discussion: """
+            Opens a notification stream (gatt.notify-stream): each line read is one value (UTF-8 \
+            text without its newline, or hex with --hex), notified in order with no request per \
+            value; empty lines are skipped. While bluetoothd cannot take more, writing waits \
+            (nothing is dropped). With no subscriber a value becomes the stored value and is \
+            counted as unsent. At the end of input the stream closes and the counts are printed. \
+            A value too long for one notification ends the stream (exit 1, with how much fits); a \
+            line that is not hex with --hex stops reading (exit 1, naming the line).
+            """,
+        options: [hexFlag, appOption,
+                  .value("device", valueName: "address", parser: .nonEmptyString, help: "Notify only this central."),
+                  .value("from", valueName: "file", parser: .nonEmptyString, help: "Read the values from this file instead of standard input.")],
+        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID.")],
+        action: .custom(runStream))
+
+    static func runStream(_ context: CommandContext) throws(CLIError) -> Int32 {
+        let v = context.values
+        let hex = v.flag("hex")
+        var input: Int32 = 0
+        var source = "standard input"
+        if let path = v.string("from"), path != "-" {
+            input = open(path, O_RDONLY | O_CLOEXEC)
+            guard input >= 0 else { throw .failure("cannot open \(path): \(String(cString: strerror(errno)))", exitCode: 1) }
+            source = path
+        }
+        defer { if input != 0 { closeQuietly(input) } }
+        var p: [String: JSONValue] = ["uuid": .string(v.string("uuid") ?? "")]
+        if let a = v.string("app") { p["app"] = .string(a) }
+        if let d = v.string("device") { p["device"] = .string(d) }
+        let client = try context.connect()
+        defer { client.close() }
+        let r = try context.perform(RPCCall(method: "gatt.notify-stream", params: p), on: client)
+        guard let fd = client.takeDescriptor() else {
+            throw .failure("the daemon answered without passing the stream's socket", exitCode: 1)
+        }
+        let streamID = r["stream"]?.stringValue ?? ""
+        if !context.json {
+            context.stderr.write("streaming to \(r["uuid"]?.stringValue ?? "?") (\(r["subscribers"]?.intValue ?? 0) subscriber(s))\n")
+        }
+        context.onStreamingStarted()
+        // Lines in, packets out; a packet the daemon no longer reads (the stream ended) is EPIPE.
+        var framer = LineFramer(maxLineBytes: 65_536)
+        var lineNumber = 0
+        var written = 0
+        var inputError: String?
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        reading: while true {
+            let n = read(input, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { inputError = "reading \(source): \(String(cString: strerror(errno)))"; break }
+            if n == 0 {
+                framer.append([0x0A])  // a last line without its newline
+            } else {
+                framer.append(buffer[0..<n])
+            }
+            while true {
+                let line: [UInt8]?
+                do { line = try framer.nextLine() } catch {
+                    inputError = "\(source), line \(lineNumber + 1): longer than 65536 bytes"
+                    break reading
+                }
+                guard let line else { break }
+                lineNumber += 1
+                if line.isEmpty { continue }
+                var value = line
+                if hex {
+                    guard let b = parseHex(String(decoding: line, as: UTF8.self)) else {
+                        inputError = "\(source), line \(lineNumber): not hex: expected pairs of 0-9a-f"
+                        break reading
+                    }
+                    value = b
+                }
+                let sent = value.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if sent < 0 { break reading }  // the daemon ended the stream: its event says why
+                written += 1
+            }
+            if n == 0 { break }
+        }
+        closeQuietly(fd)
+        // The daemon reports the end with its counts.
+        let events = EventReader(client: client, seconds: 30)
+        var ended: JSONValue?
+        while ended == nil {
+            guard let e = try events.next() else { break }
+            if e["topic"]?.stringValue == "gatt.stream.ended", e["data"]?["stream"]?.stringValue == streamID { ended = e["data"] }
+        }
+        guard let ended else { throw .failure("no end-of-stream report from the daemon within 30 s (\(written) values written)", exitCode: 1) }
+        let sent = ended["sent"]?.intValue ?? 0, unsent = ended["unsent"]?.intValue ?? 0
+        context.print(context.json ? ended.description : "streamed \(ended["received"]?.intValue ?? 0) values: \(sent) notified, \(unsent) with no subscriber (stored only)")
+        if let inputError { throw .failure("\(inputError); the values before it were streamed", exitCode: 1) }
+        if ended["reason"]?.stringValue != "closed" {
+            throw .failure("the stream ended: \(ended["message"]?.stringValue ?? "?") (\(sent) notified)", exitCode: 1)
+        }
+        return 0
+    }
 
     static let advertiseStart = CLICommand(
         ["advertise", "start"], abstract: "Start an LE advertisement.",

@@ -74,6 +74,13 @@ final class FakeConnection {
         return request
     }
 
+    /// Replies with `fd` passed along (SCM_RIGHTS), as the daemon does for data streams.
+    func reply(_ request: RPCRequest, _ result: JSONValue, passing fd: Int32) throws {
+        let line = RPCResponse(id: request.id ?? .null, result: result).encodedLine()
+        let n = try line.withUnsafeBytes { try DescriptorPassing.send(self.fd, $0, passing: [fd]) } ?? 0
+        if n < line.count { try SocketIO.sendAll(self.fd, Array(line[n...])) }
+    }
+
     func reply(_ request: RPCRequest, _ result: JSONValue) throws {
         try SocketIO.sendAll(fd, RPCResponse(id: request.id ?? .null, result: result).encodedLine())
     }

@@ -1,6 +1,8 @@
 import Arguments
 import Control
 import Foundation
+import SystemKit
+import Synchronization
 import Testing
 @testable import CLI
 
@@ -78,5 +80,58 @@ import Testing
         #expect(try request(["agent", "policy", "passkey", "123456"]) == RPCCall(method: "agent.policy", params: ["policy": "passkey 123456"]))
         #expect(try request(["agent", "confirm", "p1", "yes"]) == RPCCall(method: "agent.confirm", params: ["id": "p1", "accept": true]))
         #expect(throws: UsageError.self) { _ = try parser.parse(["agent", "confirm", "p1", "maybe"]) }
+    }
+
+    /// A fake daemon for `gatt stream`: passes a packet socket, collects what arrives on it
+    /// until the CLI closes it, then reports the end as the daemon does.
+    final class Packets: Sendable {
+        let m = Mutex<[[UInt8]]>([])
+        var all: [[UInt8]] { m.withLock { $0 } }
+    }
+
+    static func streamDaemon(_ packets: Packets) throws -> FakeDaemon {
+        try FakeDaemon { c in
+            let r = try c.expect("gatt.notify-stream")
+            let (ours, theirs) = try DescriptorPassing.packetPair()
+            defer { closeQuietly(ours) }
+            try c.reply(r, ["stream": "stream1", "uuid": "6a3e4b28-522d-4b3b-82a9-d5e2004534fc", "fd": true, "subscribers": 1], passing: theirs)
+            closeQuietly(theirs)
+            var buf = [UInt8](repeating: 0, count: 1024)
+            var got = 0
+            while true {
+                let n = recv(ours, &buf, buf.count, 0)
+                if n <= 0 { break }
+                packets.m.withLock { $0.append(Array(buf[0..<n])) }
+                got += 1
+            }
+            try c.event("gatt.stream.ended", ["stream": "stream1", "reason": "closed", "message": "the client closed the stream",
+                                              "received": .int(Int64(got)), "sent": .int(Int64(got)), "unsent": 0, "dropped": 0])
+            c.waitForClose()
+        }
+    }
+
+    @Test func streamSendsEachLineAsOnePacket() throws {
+        let packets = Packets()
+        let daemon = try Self.streamDaemon(packets)
+        let file = "/tmp/peerlink-stream-" + String(UUID().uuidString.prefix(8)) + ".txt"
+        try "0102\n\n0a 0b 0c\nff".write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let run = peerlink(["gatt", "stream", "6A3E4B28-522D-4B3B-82A9-D5E2004534FC", "--hex", "--from", file], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(packets.all == [[1, 2], [10, 11, 12], [255]], "one packet per line, empty lines skipped, the last line without newline too")
+        #expect(run.out == "streamed 3 values: 3 notified, 0 with no subscriber (stored only)\n")
+        #expect(daemon.requests.first?.params.values == ["uuid": "6A3E4B28-522D-4B3B-82A9-D5E2004534FC"])
+    }
+
+    @Test func streamStopsAtALineThatIsNotHex() throws {
+        let packets = Packets()
+        let daemon = try Self.streamDaemon(packets)
+        let file = "/tmp/peerlink-stream-" + String(UUID().uuidString.prefix(8)) + ".txt"
+        try "01\nzz\n02\n".write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let run = peerlink(["gatt", "stream", "2a37", "--hex", "--from", file], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.err.contains("\(file), line 2: not hex"), "\(run.err)")
+        #expect(packets.all == [[1]])
     }
 }

@@ -75,16 +75,32 @@ for i, t in enumerate(texts, 1):
     assert t.startswith(name + " --") and t.endswith(f".{i}"), (i, t)
     assert len(t.encode()) > 20, "the value must be longer than 20 bytes (MTU > 23)"
 PY
+note "central A subscribes again; five values streamed from a file (peerlink gatt stream) arrive in order"
+rm -f "$LAB_OUT/ready2"
+scanner_first c2 --adapter hci1 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready2" --restart 10 --timeout 90
+wait_for 60 test -e "$LAB_OUT/ready2" || fail "central not subscribed: $(cat "$(log_of c2)")"
+sleep 1
+for i in 1 2 3 4 5; do echo "$NAME --stream.$i"; done >"$LAB_OUT/stream.txt"
+expect_rc 0 pl p gatt stream $CHR --from "$LAB_OUT/stream.txt"
+assert_contains "$RUN_OUT" "streamed 5 values: 5 notified" "the stream's counts"
+wait_log 30 c2 DONE || fail "central did not get 5 streamed notifications: $(cat "$(log_of c2)")"
+py_check "streamed notifications" "$(log_of c2)" "$NAME" <<'PY'
+import sys
+name = sys.argv[2]
+texts = [l.split(" ", 3)[3].strip() for l in open(sys.argv[1]) if l.startswith("NOTIFY ")]
+assert texts == [f"{name} --stream.{i}" for i in range(1, 6)], texts
+PY
+
 note "the subscription was an event naming the device and its MTU"
 wait_log 10 events '"gatt.subscribed"' || fail "no gatt.subscribed event: $(cat "$(log_of events)")"
 py_check "gatt.subscribed event" "$(log_of events)" "$CHR" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 s = [e["data"] for e in ev if e["topic"] == "gatt.subscribed"]
-assert len(s) == 1, s
-s = s[0]
-assert s["uuid"] == sys.argv[2].lower() and s["device"] == "00:AA:01:01:00:01" and s["via"] == "fd", s
-assert isinstance(s["mtu"], int) and s["mtu"] > 23, s
+assert len(s) == 2, s   # central A, twice
+for x in s:
+    assert x["uuid"] == sys.argv[2].lower() and x["device"] == "00:AA:01:01:00:01" and x["via"] == "fd", x
+    assert isinstance(x["mtu"], int) and x["mtu"] > 23, x
 PY
 
 note "a value longer than one notification is an error, not a cut"

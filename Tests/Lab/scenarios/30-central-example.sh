@@ -89,6 +89,45 @@ for x in n:
     assert len(b) >= 2 and b[0] in (0x06, 0x0e), x   # flags byte, then the heart rate
 PY
 
+note "subscribe as a data stream: the values come as packets on a socket passed with the reply"
+py_check "stream subscription" "$(pl_socket c)" "$PERIPH" <<'PY'
+import json, socket, sys, time
+path, dev = sys.argv[1], sys.argv[2]
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect(path)
+c.settimeout(30)
+c.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "central.subscribe",
+                      "params": {"address": dev, "characteristic": "2a37", "stream": True}}).encode() + b"\n")
+buf, fds = b"", []
+while b"\n" not in buf:
+    data, got, _, _ = socket.recv_fds(c, 65536, 4)
+    assert data, "the daemon closed the connection"
+    buf += data
+    fds += got
+reply = json.loads(buf.split(b"\n", 1)[0])
+assert reply.get("result", {}).get("fd") is True and len(fds) == 1, (reply, fds)
+s = socket.socket(fileno=fds[0])
+s.settimeout(30)
+for i in range(3):
+    p = s.recv(600)
+    assert len(p) >= 2 and p[0] in (0x06, 0x0e), p   # flags byte, then the heart rate
+s.close()   # closing the stream ends the subscription
+buf = buf.split(b"\n", 1)[1]
+deadline = time.monotonic() + 20
+while True:
+    while b"\n" not in buf:
+        data = c.recv(65536)
+        assert data, "the daemon closed the connection"
+        buf += data
+    line, buf = buf.split(b"\n", 1)
+    m = json.loads(line)
+    if m.get("method") == "event" and m["params"]["topic"] == "central.subscription.ended":
+        d = m["params"]["data"]
+        assert "stream ended" in d["reason"] and d["count"] >= 3 and d["dropped"] == 0, d
+        break
+    assert time.monotonic() < deadline, "no central.subscription.ended after closing the stream"
+PY
+
 note "write the test characteristic"
 expect_rc 0 pl c write "$PERIPH" 12345678-1234-5678-1234-56789abcdef1 0a0b0c --hex
 wait_log 10 gatt "TestCharacteristic Write: dbus.Array([dbus.Byte(10), dbus.Byte(11), dbus.Byte(12)]" \
