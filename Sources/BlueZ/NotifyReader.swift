@@ -17,7 +17,24 @@ import Glibc
 final class NotifyReader: Sendable {
     let fd: Int32
     let mtu: Int
-    private let closed = OnceFlag()
+    private let life = ReaderLife()
+
+    /// Closed (by either side) and whether the thread still holds the descriptor, under one
+    /// lock: `close()` never shuts down a descriptor the thread has already closed.
+    final class ReaderLife: Sendable {
+        private let m = Mutex((closed: false, released: false))
+        /// Marks closed; true for the first caller. `body` runs under the lock while the descriptor is held.
+        func close(_ body: () -> Void = {}) -> Bool {
+            m.withLock { s in
+                if s.closed { return false }
+                s.closed = true
+                if !s.released { body() }
+                return true
+            }
+        }
+        /// The thread lets the descriptor go (closing it under the lock).
+        func release(_ fd: Int32) { m.withLock { s in s.released = true; closeQuietly(fd) } }
+    }
     /// How long to gather a burst after its first packet.
     static let coalesce: Duration = .milliseconds(2)
 
@@ -26,13 +43,13 @@ final class NotifyReader: Sendable {
          onClose: @escaping @Sendable (String) -> Void) {
         self.fd = fd
         self.mtu = mtu
-        let closed = self.closed
+        let life = self.life
         let thread = Thread {
             // One buffer for the life of the reader: a packet is at most one ATT MTU (<= 517).
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
             defer {
                 buffer.deallocate()
-                closeQuietly(fd)
+                life.release(fd)
             }
             let gather = timespec(tv_sec: 0, tv_nsec: Int(NotifyReader.coalesce.components.attoseconds / 1_000_000_000))
             var batch: [[UInt8]] = []
@@ -62,7 +79,7 @@ final class NotifyReader: Sendable {
                     }
                     if n < 0, e == EAGAIN || e == EINTR { break }
                     let why = n == 0 ? "bluetoothd closed the notification socket" : SystemError(call: "recv", code: e).description
-                    if closed.set() { onClose(why) }
+                    if life.close() { onClose(why) }
                     return
                 }
             }
@@ -74,7 +91,7 @@ final class NotifyReader: Sendable {
     /// Stops reading and ends the socket (bluetoothd then unsubscribes); no `onClose`.
     /// `shutdown` makes the reader thread see the end; it closes the descriptor.
     func close() {
-        if closed.set() { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+        _ = life.close { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     deinit { close() }

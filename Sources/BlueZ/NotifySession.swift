@@ -19,22 +19,11 @@ final class NotifySession: Sendable {
     let mtu: Int
     private let queue: DispatchQueue
     private let readSource: DispatchSourceRead
-    /// Wakes the senders waiting for room in the socket (`waitWritable`). Made once, running
-    /// only while someone waits: a full socket is the normal state when values come faster
-    /// than bluetoothd takes them, so this is on the hot path.
-    private let writeSource: DispatchSourceWrite
+    /// Wakes the senders waiting for room in the socket. Made once, running only while
+    /// someone waits: a full socket is the normal state when values come faster than
+    /// bluetoothd takes them, so this is on the hot path.
+    private let writable: ReadinessWaiter
     private let closed = Mutex(false)
-    private let writeWait = Mutex(WriteWait())
-
-    private struct WriteWait {
-        /// The write source was activated once (it starts inactive).
-        var activated = false
-        /// The write source runs (activated and not suspended).
-        var running = false
-        /// Set by close: nobody waits any more.
-        var cancelled = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
 
     /// Wraps our end of a socket pair; `onClose` runs once when bluetoothd closes its end.
     init(fd: Int32, device: BluetoothAddress?, mtu: Int, onConfirm: @escaping @Sendable () -> Void,
@@ -44,7 +33,7 @@ final class NotifySession: Sendable {
         self.mtu = mtu
         queue = DispatchQueue(label: "peerlink.notify.\(fd)", target: .global(qos: .userInitiated))
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        writable = ReadinessWaiter(fd: fd, kind: .write, queue: queue)
         readSource.setEventHandler { [weak self] in
             guard let self else { return }
             var buf = [UInt8](repeating: 0, count: 64)
@@ -62,13 +51,12 @@ final class NotifySession: Sendable {
                 return
             }
         }
-        writeSource.setEventHandler { [weak self] in self?.writable() }
         // The descriptor is closed once both sources are cancelled (Dispatch's rule).
         let sourcesDone = DispatchGroup()
         sourcesDone.enter()
         sourcesDone.enter()
         readSource.setCancelHandler { sourcesDone.leave() }
-        writeSource.setCancelHandler { sourcesDone.leave() }
+        writable.onCancelled { sourcesDone.leave() }
         sourcesDone.notify(queue: queue) { closeQuietly(fd) }
         readSource.activate()
     }
@@ -96,47 +84,8 @@ final class NotifySession: Sendable {
             guard e == EAGAIN || e == EWOULDBLOCK else {
                 throw .failed(SystemError(call: "send", code: e).description)
             }
-            await waitWritable()
+            _ = await writable.wait()
         }
-    }
-
-    /// Returns once the socket may take a packet (or the session closed).
-    private func waitWritable() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let waiting = writeWait.withLock { w -> Bool in
-                if w.cancelled { return false }
-                w.waiters.append(c)
-                // Suspend and resume are balanced under the lock (an unbalanced resume crashes).
-                if !w.activated {
-                    w.activated = true
-                    w.running = true
-                    writeSource.activate()
-                } else if !w.running {
-                    w.running = true
-                    writeSource.resume()
-                }
-                return true
-            }
-            guard waiting else { return c.resume() }
-            // Room may have appeared between the failed send and now: do not wait for an event
-            // that was reported before the source ran.
-            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            if poll(&p, 1, 0) == 1 { writable() }
-        }
-    }
-
-    /// Wakes every waiting sender and stops the write source until the next wait.
-    private func writable() {
-        let waiters = writeWait.withLock { w -> [CheckedContinuation<Void, Never>] in
-            let list = w.waiters
-            w.waiters = []
-            if w.running && !w.cancelled {
-                w.running = false
-                writeSource.suspend()
-            }
-            return list
-        }
-        for c in waiters { c.resume() }
     }
 
     /// Closes our end (bluetoothd sees the end of the session).
@@ -148,22 +97,7 @@ final class NotifySession: Sendable {
         }
         guard first else { return }
         readSource.cancel()
-        let waiters = writeWait.withLock { w -> [CheckedContinuation<Void, Never>] in
-            w.cancelled = true
-            writeSource.cancel()
-            // A cancelled source runs its cancel handler only once activated and not suspended.
-            if !w.activated {
-                w.activated = true
-                writeSource.activate()
-            } else if !w.running {
-                writeSource.resume()
-            }
-            w.running = true
-            let list = w.waiters
-            w.waiters = []
-            return list
-        }
         // The senders see the session closed and fail.
-        for c in waiters { c.resume() }
+        writable.cancel()
     }
 }

@@ -66,8 +66,18 @@ public final class NotifyStream: Sendable {
 
     private let fd: Int32
     private let waiter: ReadinessWaiter
-    private let stopped = OnceFlag()
+    private let life = Lifecycle()
     private let counts = CountsBox()
+
+    /// Stopped from outside, and ended by the reader: under one lock, so `stop()` never
+    /// touches the descriptor once the reader has let it go.
+    final class Lifecycle: Sendable {
+        private let m = Mutex((ended: false, stopped: false))
+        var isStopped: Bool { m.withLock { $0.stopped } }
+        /// Runs `body` (with the descriptor still open) unless already stopped or ended.
+        func stop(_ body: () -> Void) { m.withLock { s in if !s.ended && !s.stopped { s.stopped = true; body() } } }
+        func end() { m.withLock { $0.ended = true } }
+    }
 
     final class CountsBox: Sendable {
         private let m = Mutex(Counts())
@@ -82,13 +92,16 @@ public final class NotifyStream: Sendable {
         self.fd = fd
         let queue = DispatchQueue(label: "peerlink.notify-stream.\(fd)", target: .global(qos: .userInitiated))
         waiter = ReadinessWaiter(fd: fd, kind: .read, queue: queue)
+        // The descriptor is closed once Dispatch is done with the source (its rule).
+        waiter.onCancelled { closeQuietly(fd) }
         let waiter = self.waiter
         let counts = self.counts
-        let stopped = self.stopped
+        let life = self.life
         Task {
-            let end = await Self.pump(fd: fd, c, device: device, waiter: waiter, counts: counts, stopped: stopped, isRegistered: isRegistered)
+            let end = await Self.pump(fd: fd, c, device: device, waiter: waiter, counts: counts, stopped: life, isRegistered: isRegistered)
+            life.end()
+            _ = shutdown(fd, Int32(SHUT_RDWR))  // the client sees the end now
             waiter.cancel()
-            closeQuietly(fd)
             onEnd(end, counts.withLock { $0 })
         }
     }
@@ -98,20 +111,20 @@ public final class NotifyStream: Sendable {
 
     /// Ends the stream (the client sees the end of its socket).
     public func stop() {
-        guard stopped.set() else { return }
-        _ = shutdown(fd, Int32(SHUT_RDWR))
-        waiter.cancel()
+        // The reader wakes to the end of the socket and stops; only it cancels the waiter
+        // (whose cancel handler closes the descriptor).
+        life.stop { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     /// Packets one wakeup hands to `notify(values:)` at most.
     static let batchLimit = 64
 
     private static func pump(fd: Int32, _ c: LocalCharacteristic, device: BluetoothAddress?, waiter: ReadinessWaiter,
-                             counts: CountsBox, stopped: OnceFlag, isRegistered: @Sendable () -> Bool) async -> End {
+                             counts: CountsBox, stopped: Lifecycle, isRegistered: @Sendable () -> Bool) async -> End {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
         defer { buffer.deallocate() }
         while true {
-            if stopped.isSet { return .stopped }
+            if stopped.isStopped { return .stopped }
             var batch: [[UInt8]] = []
             var ended = false
             while batch.count < batchLimit {
@@ -127,7 +140,7 @@ public final class NotifyStream: Sendable {
                 }
                 let e = errno
                 if n < 0 && (e == EAGAIN || e == EINTR) { break }
-                if n < 0 && e != ECONNRESET && !stopped.isSet { return .failed(SystemError(call: "recv", code: e).description) }
+                if n < 0 && e != ECONNRESET && !stopped.isStopped { return .failed(SystemError(call: "recv", code: e).description) }
                 ended = true  // 0: the client closed its end (a zero-length packet reads the same)
                 break
             }
@@ -136,7 +149,7 @@ public final class NotifyStream: Sendable {
                 counts.withLock { $0.received += batch.count }
                 if let end = await send(batch, c, device: device, counts: counts) { return end }
             }
-            if stopped.isSet { return .stopped }
+            if stopped.isStopped { return .stopped }
             if ended { return .closed }
             if batch.isEmpty, !(await waiter.wait()) { return .stopped }
         }

@@ -126,6 +126,10 @@ public final class ReadinessWaiter: Sendable {
 
     deinit { cancel() }
 
+    /// Runs `handler` once the source is cancelled and released by Dispatch (after which the
+    /// descriptor may be closed). Set before the first `wait()`.
+    public func onCancelled(_ handler: @escaping @Sendable () -> Void) { source.setCancelHandler { handler() } }
+
     /// Returns true once `fd` is ready (or may be: callers retry their call), false when the
     /// waiter was cancelled.
     public func wait() async -> Bool {

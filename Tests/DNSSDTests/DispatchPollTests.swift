@@ -76,7 +76,7 @@ import Glibc
         let queue = DispatchQueue(label: "test.poll")
         let poll = DispatchPoll(queue: queue)
         defer { queue.sync { poll.close() } }
-        let (r, w) = makePipe()
+        let (_, w) = makePipe()  // only the write end is watched
         let calls = Counter()
         queue.sync {
             _ = poll.addWatch(fd: w, events: Int16(POLLOUT)) { watch, revents in
