@@ -47,6 +47,17 @@ for i in 1 2 3; do
 done
 wait "$central_pid" || fail "the central did not receive the notifications"
 
+heading "a data stream: daemon a notifies each line of a file (peerlink gatt stream), one packet each"
+rm -f /tmp/demo-ready
+"$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --subscribe 3 --ready-file /tmp/demo-ready --timeout 90 &
+central_pid=$!
+wait_for 60 test -e /tmp/demo-ready || fail "the central did not subscribe"
+sleep 1
+for i in 1 2 3; do echo "$NAME --$(date '+%Y-%m-%d %H:%M:%S') stream.$i"; done >/tmp/demo-stream.txt
+show gatt stream $CHR --from /tmp/demo-stream.txt
+pl a gatt stream $CHR --from /tmp/demo-stream.txt || fail "gatt stream failed"
+wait "$central_pid" || fail "the central did not receive the streamed notifications"
+
 heading "daemon b on hci1: the reference central (CBCentralManager's tutorial) against daemon a"
 # The emulator reports an advertiser reliably only to a scanner that was already scanning
 # (Tests/Lab/README.md): b scans first, then a advertises again.
