@@ -43,6 +43,10 @@ _lab_pid() {
 # _lab_stop_pid PID: SIGTERM, wait up to 5 s, then SIGKILL.
 _lab_stop_pid() {
     local pid=$1 i
+    # Its children first: spawn runs a shell function (py3 ...) in a subshell whose child is
+    # the real program, which SIGTERM to the subshell alone leaves running (a Python
+    # peripheral would keep its application and advertisement registered).
+    pkill -TERM -P "$pid" 2>/dev/null
     kill -TERM "$pid" 2>/dev/null || return 0
     for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
     _lab_log "pid $pid ignored SIGTERM for 5 s: SIGKILL"

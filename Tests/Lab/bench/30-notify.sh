@@ -1,5 +1,5 @@
 #!/bin/bash
-# timeout: 600
+# timeout: 900
 # Notification throughput, peripheral on hci0 -> central on hci1, all in one guest run and
 # with the same receiver every time (notify_bench.py central: python3-dbus, AcquireNotify
 # on the remote characteristic, counts packets and bytes from the first to the last):
@@ -9,17 +9,20 @@
 #   dbus_baseline_20     Python peripheral emitting PropertiesChanged on Value (bluezero way)
 # Plus the daemon's RSS while it notifies.  No timing assertions: exit 0 when everything was
 # measured, non-zero when something could not be.  BENCH_COUNT notifications a run (3000).
+# BENCH_REPEAT (3): ours and the fd baseline run that many times, interleaved (ours, then the
+# fd baseline, again and again), and each bench line gives the median: the emulator's speed
+# drifts between runs by a third, and interleaving keeps the ratio honest.
 . "$LAB_DIR/lib.sh"
 . "$LAB_DIR/bench/benchlib.sh"
 require_peerlink
 
 COUNT=${BENCH_COUNT:-3000}
+REPEAT=${BENCH_REPEAT:-3}
 CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
 SVC_OURS=C4FB2349-72FE-4CA2-94D6-1F3CB16331E0
-SVC_FD=C4FB2349-72FE-4CA2-94D6-1F3CB16331E1
 SVC_DBUS=C4FB2349-72FE-4CA2-94D6-1F3CB16331E2
 bench() { py3 "$LAB_DIR/bench/notify_bench.py" "$@"; }
-declare -A RATE=() BPS=()
+declare -A RATE=() BPS=() READ=()   # medians, set by bench_report
 _gone() { ! kill -0 "$1" 2>/dev/null; }
 
 # receiver NAME SVC SIZE: start the central on hci1 (scanner first, then the advertiser).
@@ -37,18 +40,20 @@ subscribed() {
     [ -e "$LAB_OUT/$1.ready" ]
 }
 
-# collect NAME: wait for the receiver's RESULT, keep rate and bytes_per_s, print the bench line.
+# collect TAG: wait for the receiver's RESULT and keep its rate and bytes_per_s under the
+# run's name (TAG is NAME.REPETITION); bench_report prints the medians.
 collect() {
+    local name=${1%.*}
     wait_log 60 "rx-$1" RESULT || fail "$1: no result from the receiver: $(tail -n 5 "$(log_of "rx-$1")")"
     local line; line=$(grep '^RESULT' "$(log_of "rx-$1")")
     note "$1: $line"
-    RATE[$1]=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$line")
-    BPS[$1]=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
-    local received; received=$(sed -n 's/.*received=\([0-9]*\).*/\1/p' <<<"$line")
-    [ -n "${RATE[$1]}" ] && [ -n "${BPS[$1]}" ] && [ "${received:-0}" -ge 2 ] || fail "$1: nothing measured: $line"
+    local rate bps received
+    rate=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$line")
+    bps=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
+    received=$(sed -n 's/.*received=\([0-9]*\).*/\1/p' <<<"$line")
+    [ -n "$rate" ] && [ -n "$bps" ] && [ "${received:-0}" -ge 2 ] || fail "$1: nothing measured: $line"
     [ "$received" = "$COUNT" ] || note "$1: $received of $COUNT notifications arrived (the receiver's socket holds few packets: bluetoothd drops when it is full)"
-    printf 'bench notify.%s rate=%.0f bytes_per_s=%s\n' "$1" "${RATE[$1]}" "${BPS[$1]}"
-    printf 'bench notify.%s.delivered=%s/%s\n' "$1" "$received" "$COUNT"
+    bench_keep "$name" "$rate" "$bps" "$received"
     # it disconnects and forgets the device before exiting
     wait_for 30 _gone "$RX_PID" || { note "$1: receiver still running: stopping it"; _lab_stop_pid "$RX_PID"; }
 }
@@ -70,6 +75,8 @@ RSS_MAX=0
 # 16 single-value requests a line; it measured the same as ours_510 in the last runs).
 RUNS=${BENCH_RUNS:-"510:1:1 20:1:1 510:1:16 510:stream:1"}
 [ "${BENCH_BATCH:-0}" = 1 ] && RUNS="$RUNS 510:16:1"
+ours_runs() {
+local rep=$1 run_ size batch values name mode rss
 for run_ in $RUNS; do
     IFS=: read -r size batch values <<<"$run_"
     name=ours_$size
@@ -79,6 +86,7 @@ for run_ in $RUNS; do
     fi
     [ "$batch" = 1 ] || name=${name}_batch$batch
     [ "$values" = 1 ] || name=${name}_values$values
+    name=$name.$rep
     note "$name: $COUNT notifications of $size bytes through peerlinkd"
     receiver "$name" $SVC_OURS "$size"
     expect_rc 0 pl p advertise start --name plbench --service $SVC_OURS
@@ -107,9 +115,7 @@ for run_ in $RUNS; do
     cpu_note "$name"
     expect_rc 0 pl p advertise stop
 done
-hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status")
-note "daemon pid $PID: VmRSS max sampled ${RSS_MAX} kB, VmHWM ${hwm:-?} kB"
-stop_peerlinkd p || note "peerlinkd exited with status $?"
+}
 
 # ---- the baselines: Python peripherals on hci0 -------------------------------------------------
 # baseline NAME MODE SVC SIZE
@@ -135,8 +141,21 @@ baseline() {
     note "$name: peripheral: $(grep '^SENT' "$(log_of "tx-$name")")"
     _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
 }
-baseline fd_baseline_510 fd $SVC_FD 510
-baseline dbus_baseline_20 dbus $SVC_DBUS 20
+# ---- interleaved: ours, then the fd baseline, REPEAT times; the D-Bus baseline once ----------
+# (peerlinkd stays up between its runs, idle, its application registered; the Python
+# peripherals use services of their own.)
+# (Each fd-baseline run's peripheral uses a service UUID of its own, so that a central can
+# never take an earlier run's service for this one's.)
+for rep in $(seq "$REPEAT"); do
+    note "---- repetition $rep of $REPEAT"
+    ours_runs "$rep"
+    baseline "fd_baseline_510.$rep" fd "C4FB2349-72FE-4CA2-94D6-1F3CB1633$((rep % 10))E1" 510
+done
+hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status")
+note "daemon pid $PID: VmRSS max sampled ${RSS_MAX} kB, VmHWM ${hwm:-?} kB"
+stop_peerlinkd p || note "peerlinkd exited with status $?"
+baseline dbus_baseline_20.1 dbus $SVC_DBUS 20
+bench_report notify
 
 # ---- side by side ------------------------------------------------------------------------------
 # (BENCH_RUNS may leave some of ours out: their ratios are then not printed.)

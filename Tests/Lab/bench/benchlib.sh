@@ -51,3 +51,33 @@ perf_report() {
     rm -f "$f"
     note "$1: profile in perf-$1.txt: $(head -n 6 "$out" | tr -s ' ' | tr '\n' ';')"
 }
+
+# _median "V1 V2 ...": the median of the numbers (the mean of the middle two for an even count).
+_median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# Repetitions: bench_keep NAME RATE BYTES_PER_S RECEIVED [FIRST_READ_S] keeps one run's
+# figures; bench_report GROUP then prints, per name in the order first kept, `bench
+# GROUP.NAME rate=R bytes_per_s=B` with the medians, `.delivered` (the fewest of any run) and
+# `.first_read_s` (median, when given), notes every run's figures, and sets RATE[NAME],
+# BPS[NAME] and READ[NAME] (the caller declares those three: declare -A RATE BPS READ).
+declare -A RATES=() BPSS=() DELIV=() READS=()
+ORDER=()
+bench_keep() {
+    [ -n "${RATES[$1]:-}" ] || ORDER+=("$1")
+    RATES[$1]+=" $2"; BPSS[$1]+=" $3"; DELIV[$1]+=" $4"
+    [ -z "${5:-}" ] || READS[$1]+=" $5"
+}
+bench_report() {
+    local name
+    for name in "${ORDER[@]}"; do
+        RATE[$name]=$(_median "${RATES[$name]}")
+        BPS[$name]=$(_median "${BPSS[$name]}")
+        note "$name: bytes/s of each run:${BPSS[$name]}${READS[$name]:+; first reads (s):${READS[$name]}}"
+        printf 'bench %s.%s rate=%.0f bytes_per_s=%.0f\n' "$1" "$name" "${RATE[$name]}" "${BPS[$name]}"
+        printf 'bench %s.%s.delivered=%s/%s\n' "$1" "$name" "$(tr ' ' '\n' <<<"${DELIV[$name]}" | grep . | sort -n | head -n 1)" "$COUNT"
+        if [ -n "${READS[$name]:-}" ]; then
+            READ[$name]=$(_median "${READS[$name]}")
+            printf 'bench %s.%s.first_read_s=%s\n' "$1" "$name" "${READ[$name]}"
+        fi
+    done
+}
