@@ -96,12 +96,3 @@ final class NotifyReader: Sendable {
 
     deinit { close() }
 }
-
-/// A flag set once, from any thread.
-final class OnceFlag: Sendable {
-    private let value = Mutex(false)
-    /// Sets the flag; true only for the first caller.
-    func set() -> Bool { value.withLock { v in defer { v = true }; return !v } }
-    /// Whether the flag is set.
-    var isSet: Bool { value.withLock { $0 } }
-}

@@ -106,9 +106,6 @@ public final class NotifyStream: Sendable {
         }
     }
 
-    /// The counts so far.
-    public var current: Counts { counts.withLock { $0 } }
-
     /// Ends the stream (the client sees the end of its socket).
     public func stop() {
         // The reader wakes to the end of the socket and stops; only it cancels the waiter

@@ -16,8 +16,6 @@ final class GattCapability: DaemonCapability {
     private let nextRead = Mutex<UInt64>(1)
     /// Which client answers reads of which characteristic (app id + UUID → client id).
     private let readOwners = Mutex<[String: UInt64]>([:])
-    /// Open notification streams (`gatt.notify-stream`) by id.
-    private let streams = Mutex<[String: NotifyStream]>([:])
     private let nextStream = Mutex<UInt64>(1)
     /// Seconds a handler client has to answer a read before the central gets an error.
     static let readTimeout: Duration = .seconds(5)
@@ -188,7 +186,6 @@ final class GattCapability: DaemonCapability {
         let app = c.application, uuid = c.uuid
         let stream = NotifyStream(fd: ours, characteristic: c, device: device,
                                   isRegistered: { gatt.characteristic(uuid, application: app) === c }) { [weak self] end, counts in
-            _ = self?.streams.withLock { $0.removeValue(forKey: id) }
             var data: [String: JSONValue] = [
                 "stream": .string(id), "uuid": .string(uuid.uuidString), "app": .string(app),
                 "reason": .string(end.name), "message": .string(end.message),
@@ -198,7 +195,6 @@ final class GattCapability: DaemonCapability {
             if let device { data["device"] = .string(device.description) }
             _ = self?.context.withLock({ $0 })?.send(topic: "gatt.stream.ended", data: .object(data), to: owner)
         }
-        streams.withLock { $0[id] = stream }
         rc.onConnectionClose { stream.stop() }
         rc.passWithReply(theirs)
         var out: [String: JSONValue] = [

@@ -16,12 +16,6 @@ public enum DescriptorPassing {
         return (fds[0], fds[1])
     }
 
-    /// Makes `fd` non-blocking.
-    public static func setNonBlocking(_ fd: Int32) throws {
-        let flags = try syscall("fcntl") { fcntl(fd, F_GETFL) }
-        try syscall("fcntl") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
-    }
-
     // cmsghdr is { size_t len; int level; int type; } followed by data aligned to size_t.
     private static let headerSize = MemoryLayout<cmsghdr>.stride
     private static func align(_ n: Int) -> Int { (n + MemoryLayout<Int>.size - 1) & ~(MemoryLayout<Int>.size - 1) }
@@ -218,7 +212,7 @@ public final class PacketWriter: Sendable {
         self.fd = fd
         self.maxQueued = maxQueued
         self.onEnd = onEnd
-        try? DescriptorPassing.setNonBlocking(fd)
+        try? setNonBlocking(fd)
         queue = DispatchQueue(label: "peerlink.packets.\(label)", target: .global(qos: .userInitiated))
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
