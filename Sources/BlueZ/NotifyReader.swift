@@ -17,24 +17,9 @@ import Glibc
 final class NotifyReader: Sendable {
     let fd: Int32
     let mtu: Int
-    private let life = ReaderLife()
-
     /// Closed (by either side) and whether the thread still holds the descriptor, under one
     /// lock: `close()` never shuts down a descriptor the thread has already closed.
-    final class ReaderLife: Sendable {
-        private let m = Mutex((closed: false, released: false))
-        /// Marks closed; true for the first caller. `body` runs under the lock while the descriptor is held.
-        func close(_ body: () -> Void = {}) -> Bool {
-            m.withLock { s in
-                if s.closed { return false }
-                s.closed = true
-                if !s.released { body() }
-                return true
-            }
-        }
-        /// The thread lets the descriptor go (closing it under the lock).
-        func release(_ fd: Int32) { m.withLock { s in s.released = true; closeQuietly(fd) } }
-    }
+    private let life = HeldDescriptor()
     /// How long to gather a burst after its first packet.
     static let coalesce: Duration = .milliseconds(2)
 
@@ -49,7 +34,7 @@ final class NotifyReader: Sendable {
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
             defer {
                 buffer.deallocate()
-                life.release(fd)
+                life.release { closeQuietly(fd) }
             }
             let gather = timespec(tv_sec: 0, tv_nsec: Int(NotifyReader.coalesce.components.attoseconds / 1_000_000_000))
             var batch: [[UInt8]] = []

@@ -66,18 +66,10 @@ public final class NotifyStream: Sendable {
 
     private let fd: Int32
     private let waiter: ReadinessWaiter
-    private let life = Lifecycle()
-    private let counts = CountsBox()
-
-    /// Stopped from outside, and ended by the reader: under one lock, so `stop()` never
+    /// Stopped from outside, and let go by the reader, under one lock: `stop()` never
     /// touches the descriptor once the reader has let it go.
-    final class Lifecycle: Sendable {
-        private let m = Mutex((ended: false, stopped: false))
-        var isStopped: Bool { m.withLock { $0.stopped } }
-        /// Runs `body` (with the descriptor still open) unless already stopped or ended.
-        func stop(_ body: () -> Void) { m.withLock { s in if !s.ended && !s.stopped { s.stopped = true; body() } } }
-        func end() { m.withLock { $0.ended = true } }
-    }
+    private let life = HeldDescriptor()
+    private let counts = CountsBox()
 
     final class CountsBox: Sendable {
         private let m = Mutex(Counts())
@@ -99,7 +91,7 @@ public final class NotifyStream: Sendable {
         let life = self.life
         Task {
             let end = await Self.pump(fd: fd, c, device: device, waiter: waiter, counts: counts, stopped: life, isRegistered: isRegistered)
-            life.end()
+            life.release()
             _ = shutdown(fd, Int32(SHUT_RDWR))  // the client sees the end now
             waiter.cancel()
             onEnd(end, counts.withLock { $0 })
@@ -110,18 +102,18 @@ public final class NotifyStream: Sendable {
     public func stop() {
         // The reader wakes to the end of the socket and stops; only it cancels the waiter
         // (whose cancel handler closes the descriptor).
-        life.stop { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+        life.close { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     /// Packets one wakeup hands to `notify(values:)` at most.
     static let batchLimit = 64
 
     private static func pump(fd: Int32, _ c: LocalCharacteristic, device: BluetoothAddress?, waiter: ReadinessWaiter,
-                             counts: CountsBox, stopped: Lifecycle, isRegistered: @Sendable () -> Bool) async -> End {
+                             counts: CountsBox, stopped: HeldDescriptor, isRegistered: @Sendable () -> Bool) async -> End {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
         defer { buffer.deallocate() }
         while true {
-            if stopped.isStopped { return .stopped }
+            if stopped.isClosed { return .stopped }
             var batch: [[UInt8]] = []
             var ended = false
             while batch.count < batchLimit {
@@ -137,7 +129,7 @@ public final class NotifyStream: Sendable {
                 }
                 let e = errno
                 if n < 0 && (e == EAGAIN || e == EINTR) { break }
-                if n < 0 && e != ECONNRESET && !stopped.isStopped { return .failed(SystemError(call: "recv", code: e).description) }
+                if n < 0 && e != ECONNRESET && !stopped.isClosed { return .failed(SystemError(call: "recv", code: e).description) }
                 ended = true  // 0: the client closed its end (a zero-length packet reads the same)
                 break
             }
@@ -146,7 +138,7 @@ public final class NotifyStream: Sendable {
                 counts.withLock { $0.received += batch.count }
                 if let end = await send(batch, c, device: device, counts: counts) { return end }
             }
-            if stopped.isStopped { return .stopped }
+            if stopped.isClosed { return .stopped }
             if ended { return .closed }
             if batch.isEmpty, !(await waiter.wait()) { return .stopped }
         }

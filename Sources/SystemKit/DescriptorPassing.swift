@@ -94,7 +94,7 @@ public enum DescriptorPassing {
 
 /// Awaits readiness of a descriptor (readable or writable) without blocking a thread: a
 /// Dispatch source that runs only while someone waits, for a loop that reads or writes
-/// until `EAGAIN` and then waits here.
+/// until `EAGAIN` and then waits here (`wait()`), or calls back (`whenReady`).
 public final class ReadinessWaiter: Sendable {
     public enum Kind: Sendable { case read, write }
     private let fd: Int32
@@ -106,7 +106,7 @@ public final class ReadinessWaiter: Sendable {
         var activated = false
         var running = false
         var cancelled = false
-        var waiters: [CheckedContinuation<Bool, Never>] = []
+        var waiters: [@Sendable (Bool) -> Void] = []
     }
 
     /// A waiter for `fd` (which the caller keeps owning and closes after `cancel()`).
@@ -128,29 +128,36 @@ public final class ReadinessWaiter: Sendable {
     /// waiter was cancelled.
     public func wait() async -> Bool {
         await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            let waiting = state.withLock { s -> Bool in
-                if s.cancelled { return false }
-                s.waiters.append(c)
-                // Suspend and resume are balanced under the lock (an unbalanced resume crashes).
-                if !s.activated {
-                    s.activated = true
-                    s.running = true
-                    source.activate()
-                } else if !s.running {
-                    s.running = true
-                    source.resume()
-                }
-                return true
-            }
-            guard waiting else { return c.resume(returning: false) }
-            // Readiness that came before the source ran is not reported again (edge-triggered).
-            var p = pollfd(fd: fd, events: Int16(kind == .read ? POLLIN : POLLOUT), revents: 0)
-            if poll(&p, 1, 0) == 1 { ready() }
+            whenReady { c.resume(returning: $0) }
         }
     }
 
+    /// Calls `handler` once, as `wait()` returns: true when `fd` is (or may be) ready, false
+    /// when the waiter was cancelled. It may run before `whenReady` returns, on the caller's
+    /// thread: call this without holding a lock that `handler` takes.
+    public func whenReady(_ handler: @escaping @Sendable (Bool) -> Void) {
+        let waiting = state.withLock { s -> Bool in
+            if s.cancelled { return false }
+            s.waiters.append(handler)
+            // Suspend and resume are balanced under the lock (an unbalanced resume crashes).
+            if !s.activated {
+                s.activated = true
+                s.running = true
+                source.activate()
+            } else if !s.running {
+                s.running = true
+                source.resume()
+            }
+            return true
+        }
+        guard waiting else { return handler(false) }
+        // Readiness that came before the source ran is not reported again (edge-triggered).
+        var p = pollfd(fd: fd, events: Int16(kind == .read ? POLLIN : POLLOUT), revents: 0)
+        if poll(&p, 1, 0) == 1 { ready() }
+    }
+
     private func ready() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
+        let waiters = state.withLock { s -> [@Sendable (Bool) -> Void] in
             let list = s.waiters
             s.waiters = []
             if s.running && !s.cancelled {
@@ -159,12 +166,12 @@ public final class ReadinessWaiter: Sendable {
             }
             return list
         }
-        for c in waiters { c.resume(returning: true) }
+        for h in waiters { h(true) }
     }
 
-    /// Stops waiting: current and later `wait()` calls return false.
+    /// Stops waiting: current and later waits end with false.
     public func cancel() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
+        let waiters = state.withLock { s -> [@Sendable (Bool) -> Void] in
             if s.cancelled { return [] }
             s.cancelled = true
             source.cancel()
@@ -180,7 +187,39 @@ public final class ReadinessWaiter: Sendable {
             s.waiters = []
             return list
         }
-        for c in waiters { c.resume(returning: false) }
+        for h in waiters { h(false) }
+    }
+}
+
+/// A descriptor that one reader holds until it lets it go, and that others may close
+/// meanwhile (to stop the reader): both under one lock, so closing never touches a
+/// descriptor the reader has already let go (and the system may have reused).
+public final class HeldDescriptor: Sendable {
+    private let state = Mutex((closed: false, released: false))
+
+    public init() {}
+
+    /// Whether `close` was called (by either side).
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Marks it closed; true for the first caller. `whileHeld` (e.g. `shutdown`) runs under
+    /// the lock, and only while the reader still holds the descriptor.
+    @discardableResult
+    public func close(_ whileHeld: () -> Void = {}) -> Bool {
+        state.withLock { s in
+            if s.closed { return false }
+            s.closed = true
+            if !s.released { whileHeld() }
+            return true
+        }
+    }
+
+    /// The reader lets the descriptor go; `letGo` (e.g. closing it) runs under the lock.
+    public func release(_ letGo: () -> Void = {}) {
+        state.withLock { s in
+            s.released = true
+            letGo()
+        }
     }
 }
 
@@ -193,7 +232,8 @@ public final class PacketWriter: Sendable {
     private let maxQueued: Int
     private let queue: DispatchQueue
     private let readSource: DispatchSourceRead
-    private let writeSource: DispatchSourceWrite
+    /// Calls `flush` when a full socket has room again.
+    private let writable: ReadinessWaiter
     private let state = Mutex(State())
     private let onEnd: @Sendable (String) -> Void
 
@@ -203,8 +243,8 @@ public final class PacketWriter: Sendable {
         var dropped: UInt64 = 0
         var written: UInt64 = 0
         var closed = false
-        var writeActivated = false
-        var writeRunning = false
+        /// A `flush` waits for room.
+        var armed = false
     }
 
     /// Takes ownership of `fd` (made non-blocking) and starts watching for its end.
@@ -215,15 +255,14 @@ public final class PacketWriter: Sendable {
         try? setNonBlocking(fd)
         queue = DispatchQueue(label: "peerlink.packets.\(label)", target: .global(qos: .userInitiated))
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        writable = ReadinessWaiter(fd: fd, kind: .write, queue: queue)
         let sourcesDone = DispatchGroup()
         sourcesDone.enter()
         sourcesDone.enter()
         readSource.setCancelHandler { sourcesDone.leave() }
-        writeSource.setCancelHandler { sourcesDone.leave() }
+        writable.onCancelled { sourcesDone.leave() }
         sourcesDone.notify(queue: queue) { closeQuietly(fd) }
         readSource.setEventHandler { [weak self] in self?.readable() }
-        writeSource.setEventHandler { [weak self] in self?.flush() }
         readSource.activate()
     }
 
@@ -234,8 +273,8 @@ public final class PacketWriter: Sendable {
 
     /// Sends `packets` in order after any that wait.
     public func send(_ packets: [[UInt8]]) {
-        let failed: String? = state.withLock { s in
-            if s.closed { return nil }
+        let outcome = state.withLock { s -> Drained in
+            if s.closed { return .done }
             for p in packets {
                 if s.pending.count - s.head >= maxQueued {
                     s.dropped += 1
@@ -245,11 +284,14 @@ public final class PacketWriter: Sendable {
             }
             return drain(&s)
         }
-        if let failed { end(failed) }
+        after(outcome)
     }
 
-    /// Writes what waits until the socket is full; arms the write source when it is. Under the lock.
-    private func drain(_ s: inout State) -> String? {
+    private enum Drained { case done, arm, failed(String) }
+
+    /// Writes what waits until the socket is full. Under the lock; `.arm`: wait for room
+    /// (outside the lock: the waiter may call back at once).
+    private func drain(_ s: inout State) -> Drained {
         while s.head < s.pending.count {
             let n = s.pending[s.head].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
             if n >= 0 {
@@ -260,30 +302,31 @@ public final class PacketWriter: Sendable {
             let e = errno
             if e == EINTR { continue }
             if e == EAGAIN || e == EWOULDBLOCK {
-                if !s.writeActivated {
-                    s.writeActivated = true
-                    s.writeRunning = true
-                    writeSource.activate()
-                } else if !s.writeRunning {
-                    s.writeRunning = true
-                    writeSource.resume()
-                }
-                return nil
+                if s.armed { return .done }
+                s.armed = true
+                return .arm
             }
-            return e == EPIPE || e == ECONNRESET ? "the client closed its socket" : SystemError(call: "send", code: e).description
+            return .failed(e == EPIPE || e == ECONNRESET ? "the client closed its socket" : SystemError(call: "send", code: e).description)
         }
         s.pending.removeAll(keepingCapacity: true)
         s.head = 0
-        if s.writeRunning {
-            s.writeRunning = false
-            writeSource.suspend()
+        return .done
+    }
+
+    private func after(_ outcome: Drained) {
+        switch outcome {
+        case .done: break
+        case .arm: writable.whenReady { [weak self] ready in if ready { self?.flush() } }
+        case .failed(let why): end(why)
         }
-        return nil
     }
 
     private func flush() {
-        let failed: String? = state.withLock { s in s.closed ? nil : drain(&s) }
-        if let failed { end(failed) }
+        let outcome = state.withLock { s -> Drained in
+            s.armed = false
+            return s.closed ? .done : drain(&s)
+        }
+        after(outcome)
     }
 
     private func readable() {
@@ -310,19 +353,12 @@ public final class PacketWriter: Sendable {
             if s.closed { return false }
             s.closed = true
             s.pending = []
-            writeSource.cancel()
-            if !s.writeActivated {
-                s.writeActivated = true
-                writeSource.activate()
-            } else if !s.writeRunning {
-                writeSource.resume()
-            }
-            s.writeRunning = true
             return true
         }
         if first {
             _ = shutdown(fd, Int32(SHUT_RDWR))
             readSource.cancel()
+            writable.cancel()
         }
         return first
     }
