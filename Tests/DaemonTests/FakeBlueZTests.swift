@@ -27,9 +27,17 @@ final class FakeBlueZ: Sendable {
         if claimName { try await self.claimName() }
     }
 
-    /// Takes the name `org.bluez`: the daemon sees bluetoothd appear.
+    /// Takes the name `org.bluez`: the daemon sees bluetoothd appear. A fake that replaces
+    /// one whose connection was just closed waits (up to 5 s) for the bus to drop the old
+    /// owner, as a restarted bluetoothd starts only after the old one is gone.
     func claimName() async throws {
-        #expect(try await connection.requestName("org.bluez"))
+        let deadline = ContinuousClock.now + .seconds(5)
+        var owned = try await connection.requestName("org.bluez")
+        while !owned, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            owned = try await connection.requestName("org.bluez")
+        }
+        #expect(owned)
     }
 
     func add(_ a: Adapter) throws {
