@@ -33,12 +33,18 @@ pl a gatt list
 heading "an independent central (python3-dbus, not PeerLink) on hci2: find, connect, read"
 "$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --read --timeout 60 || fail "central read failed"
 
+# central_subscribes: the independent central subscribes for three values in the background
+# (central_pid); returns once it is subscribed.
+central_subscribes() {
+    rm -f /tmp/demo-ready
+    "$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --subscribe 3 --ready-file /tmp/demo-ready --timeout 90 &
+    central_pid=$!
+    wait_for 60 test -e /tmp/demo-ready || fail "the central did not subscribe"
+    sleep 1
+}
+
 heading "the central subscribes; daemon a notifies \"<name> --<date>\" three times"
-rm -f /tmp/demo-ready
-"$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --subscribe 3 --ready-file /tmp/demo-ready --timeout 90 &
-central_pid=$!
-wait_for 60 test -e /tmp/demo-ready || fail "the central did not subscribe"
-sleep 1
+central_subscribes
 for i in 1 2 3; do
     value="$NAME --$(date '+%Y-%m-%d %H:%M:%S')"
     show gatt notify $CHR "\"$value\""
@@ -48,11 +54,7 @@ done
 wait "$central_pid" || fail "the central did not receive the notifications"
 
 heading "a data stream: daemon a notifies each line of a file (peerlink gatt stream), one packet each"
-rm -f /tmp/demo-ready
-"$PY3" -u "$LAB_DIR/central.py" --adapter hci2 --service $SVC --char $CHR --subscribe 3 --ready-file /tmp/demo-ready --timeout 90 &
-central_pid=$!
-wait_for 60 test -e /tmp/demo-ready || fail "the central did not subscribe"
-sleep 1
+central_subscribes
 for i in 1 2 3; do echo "$NAME --$(date '+%Y-%m-%d %H:%M:%S') stream.$i"; done >/tmp/demo-stream.txt
 show gatt stream $CHR --from /tmp/demo-stream.txt
 pl a gatt stream $CHR --from /tmp/demo-stream.txt || fail "gatt stream failed"

@@ -94,6 +94,21 @@ py_check() {
 # py3 ARGS...: Debian's python3, unbuffered.
 py3() { "$PY3" -u "$@"; }
 
+# check_notified LOG NAME: central.py's LOG has exactly five values "NAME --<date>.1" to
+# ".5", in order, each longer than 20 bytes (so the ATT MTU was raised above 23).
+check_notified() {
+    py_check "notifications in $1" "$1" "$2" <<'PY'
+import sys
+name = sys.argv[2]
+n = [l.split(" ", 3) for l in open(sys.argv[1]) if l.startswith("NOTIFY ")]
+texts = [x[3].strip() for x in n]
+assert len(texts) == 5, texts
+for i, t in enumerate(texts, 1):
+    assert t.startswith(name + " --") and t.endswith(f".{i}"), (i, t)
+    assert len(t.encode()) > 20, "the value must be longer than 20 bytes (MTU > 23)"
+PY
+}
+
 # ---- background processes --------------------------------------------------------
 # spawn NAME CMD...: run CMD in the background, output to $LAB_OUT/NAME.log,
 # ended (SIGTERM, then SIGKILL) when the scenario exits.  Sets SPAWN_PID.
