@@ -114,6 +114,14 @@ public final class BusConnection: @unchecked Sendable {
         }
     }
 
+    /// The socket's descriptor (libdbus owns it), nil once closed. For tests.
+    var socketDescriptor: Int32? {
+        onQueueSync {
+            var fd: Int32 = -1
+            return dbus_connection_get_unix_fd(self.conn, &fd) != 0 ? fd : nil
+        }
+    }
+
     /// Whether the connection can carry Unix file descriptors.
     public var canPassFileDescriptors: Bool {
         onQueueSync { dbus_connection_can_send_type(self.conn, DBUS_TYPE_UNIX_FD) != 0 }

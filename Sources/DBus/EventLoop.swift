@@ -1,6 +1,7 @@
 internal import CDBus
 import Dispatch
 import Synchronization
+import SystemKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -100,22 +101,25 @@ extension BusConnection {
 
     func addWatch(_ w: OpaquePointer) -> Bool {
         let box = WatchBox(watch: w)
-        let fd = dbus_watch_get_unix_fd(w)
+        // libdbus closes its socket right after removing the watch: the sources watch a duplicate
+        // that outlives their cancellation (see WatchedDescriptor for the lost replies this prevents).
+        guard let watched = try? WatchedDescriptor(duplicating: dbus_watch_get_unix_fd(w)) else { return false }
         let flags = dbus_watch_get_flags(w)
         if flags & UInt32(DBUS_WATCH_READABLE.rawValue) != 0 {
-            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let s = watched.makeReadSource(queue: queue)
             s.setEventHandler { [weak self, weak box] in
                 if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_READABLE.rawValue)) }
             }
             box.sources.append(s)
         }
         if flags & UInt32(DBUS_WATCH_WRITABLE.rawValue) != 0 {
-            let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            let s = watched.makeWriteSource(queue: queue)
             s.setEventHandler { [weak self, weak box] in
                 if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
             }
             box.sources.append(s)
         }
+        watched.closeWhenCancelled()
         // Sources start inactive; `activate` once, then suspend/resume for toggling.
         for s in box.sources { s.activate() }
         box.active = true

@@ -1,6 +1,7 @@
 internal import CAvahi
 // Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
 @preconcurrency import Dispatch
+import SystemKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,13 +36,16 @@ final class DispatchPoll: @unchecked Sendable {
         fileprivate(set) var freed = false
         fileprivate let handler: (Watch, Int16) -> Void
         fileprivate weak var poll: DispatchPoll?
+        /// The duplicate the sources watch: Avahi closes `fd` right after `watch_free`.
+        fileprivate let watched: WatchedDescriptor
         fileprivate var readSource: DispatchSourceRead?
         fileprivate var writeSource: DispatchSourceWrite?
         fileprivate var readOn = false
         fileprivate var writeOn = false
 
-        fileprivate init(fd: Int32, events: Int16, handler: @escaping (Watch, Int16) -> Void) {
+        fileprivate init(fd: Int32, watched: WatchedDescriptor, events: Int16, handler: @escaping (Watch, Int16) -> Void) {
             self.fd = fd
+            self.watched = watched
             self.events = events
             self.handler = handler
         }
@@ -69,9 +73,9 @@ final class DispatchPoll: @unchecked Sendable {
         api.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
         api.pointee.watch_new = { api, fd, event, callback, userdata in
             let poll = Unmanaged<DispatchPoll>.fromOpaque(api!.pointee.userdata).takeUnretainedValue()
-            let w = poll.addWatch(fd: fd, events: Int16(truncatingIfNeeded: event.rawValue)) { w, revents in
+            guard let w = poll.addWatch(fd: fd, events: Int16(truncatingIfNeeded: event.rawValue), handler: { w, revents in
                 callback?(DispatchPoll.pointer(w), w.fd, AvahiWatchEvent(rawValue: UInt32(UInt16(bitPattern: revents))), userdata)
-            }
+            }) else { return nil }
             return DispatchPoll.pointer(Unmanaged.passRetained(w))  // released in watch_free
         }
         api.pointee.watch_update = { w, event in
@@ -133,9 +137,14 @@ final class DispatchPoll: @unchecked Sendable {
 
     // MARK: Watches
 
-    /// Starts watching `fd` for `events` (POLLIN/POLLOUT); `handler` gets what happened.
-    func addWatch(fd: Int32, events: Int16, handler: @escaping (Watch, Int16) -> Void) -> Watch {
-        let w = Watch(fd: fd, events: 0, handler: handler)
+    /// Starts watching `fd` for `events` (POLLIN/POLLOUT); `handler` gets what happened. Nil when
+    /// `fd` cannot be duplicated for the sources (out of descriptors): Avahi then fails the call.
+    func addWatch(fd: Int32, events: Int16, handler: @escaping (Watch, Int16) -> Void) -> Watch? {
+        // Sources on a duplicate, closed once they are cancelled: Avahi closes `fd` itself right
+        // after `watch_free`, and a new descriptor on that number would otherwise meet the stale
+        // Dispatch registration and never be read (see WatchedDescriptor).
+        guard let watched = try? WatchedDescriptor(duplicating: fd) else { return nil }
+        let w = Watch(fd: fd, watched: watched, events: 0, handler: handler)
         w.poll = self
         w.number = nextWatch
         nextWatch += 1
@@ -150,7 +159,7 @@ final class DispatchPoll: @unchecked Sendable {
         w.events = events
         let wantRead = events & Int16(POLLIN) != 0, wantWrite = events & Int16(POLLOUT) != 0
         if wantRead, w.readSource == nil {
-            let s = DispatchSource.makeReadSource(fileDescriptor: w.fd, queue: queue)
+            let s = w.watched.makeReadSource(queue: queue)
             s.setEventHandler { [weak self, weak w] in if let w { self?.fire(w, Int16(POLLIN)) } }
             w.readSource = s
             s.activate()
@@ -160,7 +169,7 @@ final class DispatchPoll: @unchecked Sendable {
             w.readOn = wantRead
         }
         if wantWrite, w.writeSource == nil {
-            let s = DispatchSource.makeWriteSource(fileDescriptor: w.fd, queue: queue)
+            let s = w.watched.makeWriteSource(queue: queue)
             s.setEventHandler { [weak self, weak w] in if let w { self?.fire(w, Int16(POLLOUT)) } }
             w.writeSource = s
             s.activate()
@@ -185,6 +194,7 @@ final class DispatchPoll: @unchecked Sendable {
         }
         w.readSource = nil
         w.writeSource = nil
+        w.watched.closeWhenCancelled()
     }
 
     /// The descriptor may be ready for `kind`: ask poll(2) what it really is, call the handler,

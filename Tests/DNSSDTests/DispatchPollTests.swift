@@ -98,7 +98,10 @@ import Glibc
         let (r, w) = makePipe()
         let calls = Counter()
         queue.sync {
-            let watch = poll.addWatch(fd: r, events: Int16(POLLIN)) { _, _ in calls.add() }
+            guard let watch = poll.addWatch(fd: r, events: Int16(POLLIN), handler: { _, _ in calls.add() }) else {
+                Issue.record("addWatch failed")
+                return
+            }
             poll.freeWatch(watch)
             #expect(watch.freed)
         }

@@ -251,7 +251,9 @@ import Glibc
         let client = try RawClient(r.daemon.socketPath)
         let many = JSONValue.array((0..<2000).map { _ in .string(String(repeating: "ab", count: 90)) })
         try client.send(RPCRequest(id: 1, method: "gatt.notify", params: ["uuid": .string(Self.chr), "values_hex": many]).encodedLine())
-        try await Task.sleep(for: .milliseconds(300))
+        // Sending has begun once the first value arrives (a fixed sleep lost the race under load:
+        // the daemon had not parsed the 370 KB request yet and answered no-subscribers).
+        #expect(try Self.packet(raw, timeout: 10) != nil, "the first value of the batch arrives")
         shutdown(raw, Int32(SHUT_RDWR))
         let reply = try #require(try client.readJSON(timeout: 10))
         let sent = reply["error"]?["data"]?["sent"]?.intValue ?? -1

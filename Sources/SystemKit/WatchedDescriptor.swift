@@ -1,0 +1,61 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Dispatch sources for a descriptor that a C library owns (libdbus's bus socket, Avahi's
+/// sockets): the sources watch a private duplicate, closed only once every source on it has
+/// been cancelled.
+///
+/// Why a duplicate: libdispatch on Linux keeps one epoll registration per descriptor *number*,
+/// and a cancelled source gives its registration up only when it is next invoked (on its own
+/// queue, then on Dispatch's manager queue). A C library closes its descriptor as soon as it has
+/// told us to stop watching, so a socket opened meanwhile on the same number joined the stale
+/// registration, was never added to epoll, and nothing sent to it was ever read (a D-Bus reply
+/// lost until the call's timeout). The duplicate's number stays taken until the cancel
+/// handlers have run, so no new descriptor can meet a stale registration. Dispatch's own rule
+/// is the same: close a descriptor only after its sources' cancellation handlers ran.
+///
+/// `@unchecked Sendable`: `sources` is written only before `closeWhenCancelled()` (by the one
+/// owner that creates them) and never after; `fd` is immutable.
+public final class WatchedDescriptor: @unchecked Sendable {
+    /// The duplicate the sources watch (same open file as the original).
+    public let fd: Int32
+    private let cancelled = DispatchGroup()
+    private var sealed = false
+
+    /// Duplicates `fd` (close-on-exec) for sources; the original stays its owner's.
+    public init(duplicating fd: Int32) throws {
+        self.fd = try syscall("fcntl", context: "F_DUPFD_CLOEXEC") { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
+    }
+
+    /// A read source on the duplicate, on `queue`. Before `closeWhenCancelled()` only.
+    public func makeReadSource(queue: DispatchQueue) -> DispatchSourceRead {
+        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        track(s)
+        return s
+    }
+
+    /// A write source on the duplicate, on `queue`. Before `closeWhenCancelled()` only.
+    public func makeWriteSource(queue: DispatchQueue) -> DispatchSourceWrite {
+        let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        track(s)
+        return s
+    }
+
+    private func track(_ s: DispatchSourceProtocol) {
+        precondition(!sealed, "WatchedDescriptor: a source made after closeWhenCancelled()")
+        cancelled.enter()
+        s.setCancelHandler { [cancelled] in cancelled.leave() }
+    }
+
+    /// Closes the duplicate once every source made so far is cancelled (at once if none was).
+    /// Call once, after making the sources.
+    public func closeWhenCancelled() {
+        precondition(!sealed, "WatchedDescriptor: closeWhenCancelled() called twice")
+        sealed = true
+        cancelled.notify(queue: .global()) { [fd] in closeQuietly(fd) }
+    }
+}
