@@ -8,7 +8,7 @@ import Synchronization
 ///
 /// It watches the owner of `org.bluez`, so a restart of `bluetoothd` (or an adapter coming
 /// back as `hci1`) is seen and reported instead of silently breaking everything (the first
-/// complaint in FIELD.md section 3). Later issues hang devices, GATT and advertising here.
+/// complaint in docs/reference-flows.md, U1). Later issues hang devices, GATT and advertising here.
 public actor BlueZClient {
     /// The bus connection used.
     public nonisolated let bus: BusConnection

@@ -10,7 +10,7 @@ import SystemKit
 ///
 /// Everything a user asked for (scans, kept connections, subscriptions) belongs to this
 /// actor, not to the bus session, so it is applied again when bluetoothd or an adapter
-/// comes back (FIELD.md section 3, item 1).
+/// comes back (docs/reference-flows.md U1).
 public actor Central {
     private let logger: Logger
     private let onEvent: @Sendable (CentralEvent) -> Void

@@ -104,7 +104,7 @@ public struct SubscriptionInfo: Sendable {
     public var streamFD: Int32? = nil
 }
 
-/// Classifies BlueZ errors of Connect that a retry can fix (FIELD.md section 3, item 2).
+/// Classifies BlueZ errors of Connect that a retry can fix (docs/reference-flows.md U2).
 public enum ConnectErrors {
     /// Whether a failed Connect/ConnectDevice is worth another attempt.
     public static func isTransient(_ e: BusError) -> Bool {

@@ -3,7 +3,7 @@ import Synchronization
 
 /// The names chosen after collisions, kept in the state directory so that a restart publishes
 /// under the same name instead of flipping back and forth with the peer that took the
-/// original (FIELD.md 3.9; avahi #437, #117).
+/// original (avahi #437, #117; docs/reference-flows.md U9).
 ///
 /// The file is JSON: `{"<requested>\u{1F}<type>\u{1F}<domain>": "<chosen>"}`, written to a
 /// temporary file and renamed, so a crash leaves the old or the new version.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # timeout: 300
 # The peripheral role against independent centrals (Tests/Lab/central.py: python3-dbus
-# talking to bluetoothd, not our code): the reference flow of FIELD.md section 1
+# talking to bluetoothd, not our code): the reference flow of docs/reference-flows.md section 1
 # (CBPeripheralManager), the events a control client sees, and the errors a caller must
 # see (value longer than MTU-3, per-device notify on BlueZ < 5.69). Writes: 22-peripheral-writes;
 # two centrals at once: 21-two-centrals.

@@ -4,7 +4,7 @@
 # connect to peerlinkd's peripheral on hci0 and subscribe; five notifications "<name> --<date>"
 # (over 20 bytes) reach each of them, in order.
 #
-# The emulator needs help for this (NOTES-two-centrals.md has the btmon evidence): btvirt
+# The emulator needs help (Tests/Lab/README.md, "Two centrals on one peripheral"): btvirt
 # (BlueZ emulator/btdev.c, 5.66) gives each controller its own connection handles (the lowest
 # free from 42) but tells the peripheral the central's handle in LE Connection Complete and
 # passes ACL packets on with the sender's handle unchanged. A link works only when both ends

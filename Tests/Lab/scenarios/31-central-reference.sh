@@ -1,7 +1,7 @@
 #!/bin/bash
 # timeout: 300
-# The reference central flow of FIELD.md section 1 (CBCentralManager), from the CLI, against
-# the project's own peripheral on the other controller: scan for the reference service,
+# The reference central flow (CBCentralManager; docs/reference-flows.md section 2), from the CLI,
+# against the project's own peripheral on the other controller: scan for the reference service,
 # take the first match, connect, discover, read, subscribe, print each value decoded as
 # UTF-8 in order, disconnect when done. Events: connected, disconnected (reason local).
 . "$LAB_DIR/lib.sh"
