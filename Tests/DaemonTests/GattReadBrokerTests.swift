@@ -32,30 +32,39 @@ import Testing
         return Task { await handler?(request) ?? .success(c.value) }
     }
 
-    @Test func theOwnerAnswersAndTheCentralGetsItsAnswer() async throws {
-        let c = try Self.characteristic()
-        let (broker, requests) = Self.broker()
+    /// A characteristic handled by owner 7 with one read waiting for that owner: what the owner was given.
+    struct PendingRead {
+        let characteristic: LocalCharacteristic
+        let broker: GattReadBroker
+        let read: Task<Result<[UInt8], GattError>, Never>
+        let id: String
+        let request: GattReadRequest
+    }
+
+    static func pendingRead(timeout: Duration = .seconds(30), offset: Int = 0) async throws -> PendingRead {
+        let c = try characteristic()
+        let (broker, requests) = broker(timeout: timeout)
         broker.handle(c, by: 7)
-        #expect(c.hasReadHandler)
-        let read = Self.read(c, offset: 2)
+        let read = read(c, offset: offset)
         var it = requests.makeAsyncIterator()
         let delivered = try #require(await it.next())
-        #expect(delivered.id == "r1" && delivered.owner == 7 && delivered.request.offset == 2 && delivered.request.mtu == 185)
-        try broker.answer(delivered.id, from: 7, with: .success(Array("dynamic".utf8)))
-        #expect(await read.value == .success(Array("dynamic".utf8)))
-        #expect(throws: GattReadAnswerError.unknownRequest("r1", timeout: .seconds(30))) { try broker.answer("r1", from: 7, with: .success([])) }
+        #expect(delivered.owner == 7)
+        return PendingRead(characteristic: c, broker: broker, read: read, id: delivered.id, request: delivered.request)
+    }
+
+    @Test func theOwnerAnswersAndTheCentralGetsItsAnswer() async throws {
+        let p = try await Self.pendingRead(offset: 2)
+        #expect(p.id == "r1" && p.request.offset == 2 && p.request.mtu == 185 && p.characteristic.hasReadHandler)
+        try p.broker.answer(p.id, from: 7, with: .success(Array("dynamic".utf8)))
+        #expect(await p.read.value == .success(Array("dynamic".utf8)))
+        #expect(throws: GattReadAnswerError.unknownRequest("r1", timeout: .seconds(30))) { try p.broker.answer("r1", from: 7, with: .success([])) }
     }
 
     @Test func anotherOwnersAnswerLeavesTheReadPending() async throws {
-        let c = try Self.characteristic()
-        let (broker, requests) = Self.broker()
-        broker.handle(c, by: 7)
-        let read = Self.read(c)
-        var it = requests.makeAsyncIterator()
-        let delivered = try #require(await it.next())
-        #expect(throws: GattReadAnswerError.self) { try broker.answer(delivered.id, from: 8, with: .success([1])) }
-        try broker.answer(delivered.id, from: 7, with: .failure(.notAuthorized))
-        #expect(await read.value == .failure(.notAuthorized))
+        let p = try await Self.pendingRead()
+        #expect(throws: GattReadAnswerError.self) { try p.broker.answer(p.id, from: 8, with: .success([1])) }
+        try p.broker.answer(p.id, from: 7, with: .failure(.notAuthorized))
+        #expect(await p.read.value == .failure(.notAuthorized))
     }
 
     @Test func anUnreachableOwnerFailsTheReadAtOnce() async throws {
@@ -66,29 +75,19 @@ import Testing
     }
 
     @Test func noAnswerWithinTheTimeoutIsAnError() async throws {
-        let c = try Self.characteristic()
-        let (broker, requests) = Self.broker(timeout: .milliseconds(20))
-        broker.handle(c, by: 7)
-        let read = Self.read(c)
-        var it = requests.makeAsyncIterator()
-        let delivered = try #require(await it.next())
-        #expect(await read.value == .failure(GattReadBroker.unanswered))
+        let p = try await Self.pendingRead(timeout: .milliseconds(20))
+        #expect(await p.read.value == .failure(GattReadBroker.unanswered))
         // Too late: the central already has its error.
-        #expect(throws: GattReadAnswerError.self) { try broker.answer(delivered.id, from: 7, with: .success([1])) }
+        #expect(throws: GattReadAnswerError.self) { try p.broker.answer(p.id, from: 7, with: .success([1])) }
     }
 
     @Test func anOwnerGoingAwayFailsItsReadsAndReleasesItsCharacteristics() async throws {
-        let c = try Self.characteristic()
-        let (broker, requests) = Self.broker()
-        broker.handle(c, by: 7)
-        let read = Self.read(c)
-        var it = requests.makeAsyncIterator()
-        _ = try #require(await it.next())
-        broker.ownerGone(8)
-        #expect(c.hasReadHandler, "another owner's going leaves this one's characteristic")
-        broker.ownerGone(7)
-        #expect(await read.value == .failure(GattReadBroker.unanswered))
-        #expect(!c.hasReadHandler)
+        let p = try await Self.pendingRead()
+        p.broker.ownerGone(8)
+        #expect(p.characteristic.hasReadHandler, "another owner's going leaves this one's characteristic")
+        p.broker.ownerGone(7)
+        #expect(await p.read.value == .failure(GattReadBroker.unanswered))
+        #expect(!p.characteristic.hasReadHandler)
     }
 
     @Test func releaseAndTakingOver() async throws {
