@@ -86,9 +86,21 @@ import Testing
             message: "no pending pairing request req-4 (it may have been answered, canceled or timed out)", kind: "unknown-request"),
     ] }
 
-    @Test(arguments: [bluez, gatt, central, advertise, dnssd, agent])
-    func eachCaseHasItsCodeMessageAndKind(_ rows: [Row]) {
-        for row in rows {
+    /// One domain's rows, shown by the domain's name in test output.
+    struct Table: Sendable, CustomTestStringConvertible {
+        let domain: String
+        let rows: [Row]
+        var testDescription: String { domain }
+    }
+
+    static var tables: [Table] {
+        [Table(domain: "BlueZ", rows: bluez), Table(domain: "GATT server", rows: gatt), Table(domain: "central", rows: central),
+         Table(domain: "advertising", rows: advertise), Table(domain: "DNS-SD", rows: dnssd), Table(domain: "agent", rows: agent)]
+    }
+
+    @Test(arguments: tables)
+    func eachCaseHasItsCodeMessageAndKind(_ table: Table) {
+        for row in table.rows {
             let e = row.error.rpcError
             #expect(e.code == row.code, "\(row)")
             #expect(e.message == row.message, "\(row)")
