@@ -149,9 +149,7 @@ public final class PeerlinkDaemon: Sendable {
         let (b, why) = link.withLock { ($0.bluez, $0.lastError) }
         guard let b else {
             let bus = config.withLock { $0.bus }
-            throw RPCError(code: RPCErrorCode.bluetoothUnavailable,
-                           message: "Bluetooth is unavailable: not connected to the \(bus) bus (\(why ?? "unknown"))",
-                           data: ["kind": "bluetooth-unavailable"])
+            throw BlueZError.unavailable("not connected to the \(bus) bus (\(why ?? "unknown"))").rpcError
         }
         return b
     }
