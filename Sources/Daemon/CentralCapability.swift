@@ -29,7 +29,7 @@ final class CentralCapability: DaemonCapability {
         ctx.register(ControlMethod.centralScanStop) { p, req throws(RPCError) in
             try p.rejectUnknown(allowed: ["scan"])
             if let id = try p.optionalString("scan") {
-                guard await c.stopScan(id) else { throw Self.notFound("scan", id) }
+                guard await c.stopScan(id) else { throw UnknownCentralID(what: "scan", id: id).rpcError }
                 return ["stopped": .array([.string(id)])]
             }
             var stopped: [JSONValue] = []
@@ -104,7 +104,7 @@ final class CentralCapability: DaemonCapability {
         ctx.register(ControlMethod.centralUnsubscribe) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["subscription"])
             let id = try p.string("subscription")
-            guard await c.unsubscribe(id) else { throw Self.notFound("subscription", id) }
+            guard await c.unsubscribe(id) else { throw UnknownCentralID(what: "subscription", id: id).rpcError }
             return ["subscription": .string(id), "ended": true]
         }
         ctx.register(ControlMethod.centralStatus) { p, _ throws(RPCError) in
@@ -184,13 +184,6 @@ final class CentralCapability: DaemonCapability {
             ctx.send(topic: ControlEvent.centralSubscriptionEnded, data: .object(o), to: owner)
         }
     }
-
-    // MARK: Errors
-
-    /// A scan or subscription id this daemon does not have (the daemon's own bookkeeping, not BlueZ's).
-    static func notFound(_ what: String, _ id: String) -> RPCError {
-        RPCError(code: RPCErrorCode.notFound, message: "no \(what) \(id)", data: ["kind": "not-found", "what": .string(what), "id": .string(id)])
-    }
 }
 
 // MARK: - CentralError → RPCError (the one place a central failure gets its code, message and kind)
@@ -208,5 +201,17 @@ extension CentralError: RPCErrorConvertible {
         case .notSupported: RPCError(code: RPCErrorCode.notSupported, message: description, data: ["kind": "not-supported"])
         case .invalid(let param, let why): RPCError.invalidParams(param, why)
         }
+    }
+}
+
+/// A scan or subscription id the central does not have (its own bookkeeping, not BlueZ's).
+struct UnknownCentralID: Error, RPCErrorConvertible {
+    /// `scan` or `subscription`.
+    let what: String
+    /// The id the client gave.
+    let id: String
+
+    var rpcError: RPCError {
+        RPCError(code: RPCErrorCode.notFound, message: "no \(what) \(id)", data: ["kind": "not-found", "what": .string(what), "id": .string(id)])
     }
 }
