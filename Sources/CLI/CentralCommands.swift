@@ -84,7 +84,7 @@ enum CentralCommands {
         if let seconds { p["timeout"] = .double(seconds) }
         let client = try context.connect()
         defer { client.close() }
-        let r = try context.perform(RPCCall(method: "central.scan", params: p, minimumReplyTimeout: 15), on: client)
+        let r = try context.perform(RPCCall(method: ControlMethod.centralScan, params: p, minimumReplyTimeout: 15), on: client)
         let id = r["scan"]?.stringValue ?? ""
         context.onStreamingStarted()
         // The daemon ends the scan at its timeout; the reader waits a little longer for that event.
@@ -95,15 +95,15 @@ enum CentralCommands {
             let data = e["data"] ?? .null
             guard data["scan"]?.stringValue == id else { continue }
             switch e["topic"]?.stringValue {
-            case "central.discovered":
+            case ControlEvent.centralDiscovered:
                 found += 1
                 context.print(context.json ? data.description : deviceLine(data))
-            case "central.scan.ended":
+            case ControlEvent.centralScanEnded:
                 if let count, found < count {
                     throw .failure("scan ended (\(data["reason"]?.stringValue ?? "?")) with \(found) of \(count) devices", exitCode: 1)
                 }
                 return 0
-            case "central.scan.resumed":
+            case ControlEvent.centralScanResumed:
                 context.stderr.write("scan resumed on \(data["adapter"]?.stringValue ?? "?")\n")
             default:
                 break
@@ -165,7 +165,7 @@ enum CentralCommands {
             p["timeout"] = .double(t)
             if v.flag("keep") { p["keep"] = true }
             if let at = v.string("address-type") { p["address_type"] = .string(at) }
-            return RPCCall(method: "central.connect", params: p, minimumReplyTimeout: t + 10)
+            return RPCCall(method: ControlMethod.centralConnect, params: p, minimumReplyTimeout: t + 10)
         }, render: { r in
             let d = r["device"] ?? .null
             return "connected to \(d["address"]?.stringValue ?? "?")\(d["name"]?.stringValue.map { " (\($0))" } ?? "") on \(r["adapter"]?.stringValue ?? "?")\(r["keep"]?.boolValue == true ? ", kept connected" : "")"
@@ -174,7 +174,7 @@ enum CentralCommands {
     static let disconnect = CLICommand(
         ["disconnect"], abstract: "Disconnect a device (and stop keeping it connected).",
         options: [adapterOption], arguments: [address],
-        action: .call(request: { v throws(CLIError) in RPCCall(method: "central.disconnect", params: params(v)) }, render: { r in
+        action: .call(request: { v throws(CLIError) in RPCCall(method: ControlMethod.centralDisconnect, params: params(v)) }, render: { r in
             r["was_connected"]?.boolValue == true ? "disconnected \(r["address"]?.stringValue ?? "?")" : "\(r["address"]?.stringValue ?? "?") was not connected"
         }))
 
@@ -185,7 +185,7 @@ enum CentralCommands {
             var p: [String: JSONValue] = [:]
             if let a = v.string("adapter") { p["adapter"] = .string(a) }
             if v.flag("connected") { p["connected"] = true }
-            return RPCCall(method: "central.devices", params: p)
+            return RPCCall(method: ControlMethod.centralDevices, params: p)
         }, render: { r in
             let list = r["devices"]?.arrayValue ?? []
             return list.isEmpty ? "No devices." : list.map(deviceLine).joined(separator: "\n")
@@ -199,7 +199,7 @@ enum CentralCommands {
         action: .call(request: { v throws(CLIError) in
             var p = params(v)
             if v.flag("refresh") { p["refresh"] = true }
-            return RPCCall(method: "central.services", params: p, minimumReplyTimeout: 45)
+            return RPCCall(method: ControlMethod.centralServices, params: p, minimumReplyTimeout: 45)
         }, render: { r in
             var lines: [String] = []
             for s in r["services"]?.arrayValue ?? [] {
@@ -229,7 +229,7 @@ enum CentralCommands {
         action: .call(request: { v throws(CLIError) in
             var p = params(v)
             if let o = v.int("offset") { p["offset"] = .int(Int64(o)) }
-            return RPCCall(method: "central.read", params: p, minimumReplyTimeout: 35)
+            return RPCCall(method: ControlMethod.centralRead, params: p, minimumReplyTimeout: 35)
         }, render: valueText))
 
     static let write = CLICommand(
@@ -245,7 +245,7 @@ enum CentralCommands {
             if v.flag("hex") { p["value_hex"] = .string(text) } else { p["value"] = .string(text) }
             if v.flag("command") { p["command"] = true }
             if let o = v.int("offset") { p["offset"] = .int(Int64(o)) }
-            return RPCCall(method: "central.write", params: p, minimumReplyTimeout: 35)
+            return RPCCall(method: ControlMethod.centralWrite, params: p, minimumReplyTimeout: 35)
         }, render: { r in "wrote \(r["length"]?.intValue ?? 0) bytes to \(r["characteristic"]?.stringValue ?? "?") (\(r["type"]?.stringValue ?? "?"))" }))
 
     // MARK: Subscriptions
@@ -276,7 +276,7 @@ enum CentralCommands {
         let count = v.int("count")
         let client = try context.connect()
         defer { client.close() }
-        let r = try context.perform(RPCCall(method: "central.subscribe", params: p, minimumReplyTimeout: 20), on: client)
+        let r = try context.perform(RPCCall(method: ControlMethod.centralSubscribe, params: p, minimumReplyTimeout: 20), on: client)
         let id = r["subscription"]?.stringValue ?? ""
         if !context.json {
             context.stderr.write("subscribed to \(r["characteristic"]?.stringValue ?? "?") of \(r["device"]?.stringValue ?? "?") via \(r["via"]?.stringValue ?? "?")\(r["mtu"]?.intValue.map { ", MTU \($0)" } ?? "")\n")
@@ -289,10 +289,10 @@ enum CentralCommands {
             guard let e = try events.next() else { break }
             let data = e["data"] ?? .null
             guard data["subscription"]?.stringValue == id else { continue }
-            if e["topic"]?.stringValue == "central.notification" {
+            if e["topic"]?.stringValue == ControlEvent.centralNotification {
                 got += 1
                 context.print(context.json ? data.description : valueText(data))
-            } else if e["topic"]?.stringValue == "central.subscription.ended" {
+            } else if e["topic"]?.stringValue == ControlEvent.centralSubscriptionEnded {
                 ended = data["reason"]?.stringValue ?? "ended"
                 context.stderr.write("notifications stopped: \(ended!)\n")
                 break
@@ -301,9 +301,9 @@ enum CentralCommands {
         if v.flag("disconnect") {
             var dp: [String: JSONValue] = ["address": p["address"]!]
             if let a = p["adapter"] { dp["adapter"] = a }
-            _ = try? context.perform(RPCCall(method: "central.disconnect", params: dp), on: client)
+            _ = try? context.perform(RPCCall(method: ControlMethod.centralDisconnect, params: dp), on: client)
         } else if ended == nil {
-            _ = try? context.perform(RPCCall(method: "central.unsubscribe", params: ["subscription": .string(id)]), on: client)
+            _ = try? context.perform(RPCCall(method: ControlMethod.centralUnsubscribe, params: ["subscription": .string(id)]), on: client)
         }
         if let count, got < count {
             throw .failure("\(ended.map { "notifications stopped (\($0))" } ?? "timed out") after \(got) of \(count) values", exitCode: 1)
@@ -321,7 +321,7 @@ enum CentralCommands {
             var p = params(v)
             let t = v.double("pair-timeout") ?? 60
             p["timeout"] = .double(t)
-            return RPCCall(method: "central.pair", params: p, minimumReplyTimeout: t + 10)
+            return RPCCall(method: ControlMethod.centralPair, params: p, minimumReplyTimeout: t + 10)
         }, render: { r in
             "\(r["already_paired"]?.boolValue == true ? "already paired with" : "paired with") \(r["device"]?["address"]?.stringValue ?? "?")"
         }))
@@ -333,7 +333,7 @@ enum CentralCommands {
         action: .call(request: { v throws(CLIError) in
             var p = params(v)
             p["trusted"] = .bool(!v.flag("off"))
-            return RPCCall(method: "central.trust", params: p)
+            return RPCCall(method: ControlMethod.centralTrust, params: p)
         }, render: { r in
             "\(r["device"]?["address"]?.stringValue ?? "?") \(r["device"]?["trusted"]?.boolValue == true ? "trusted" : "not trusted")"
         }))
@@ -341,6 +341,6 @@ enum CentralCommands {
     static let forget = CLICommand(
         ["forget"], abstract: "Remove a device from BlueZ: its bond, cache and keep-connected mode.",
         options: [adapterOption], arguments: [address],
-        action: .call(request: { v throws(CLIError) in RPCCall(method: "central.forget", params: params(v)) },
+        action: .call(request: { v throws(CLIError) in RPCCall(method: ControlMethod.centralForget, params: params(v)) },
                       render: { r in "forgot \(r["address"]?.stringValue ?? "?")" }))
 }

@@ -209,10 +209,10 @@ enum DNSSDCommands {
         case ControlEvent.dnssdFound: return "+ \(Rendering.scalar(.string(name))) \(type) \(domain) \(place)"
         case ControlEvent.dnssdRemoved: return "- \(Rendering.scalar(.string(name))) \(type) \(domain) \(place)"
         case ControlEvent.dnssdResolved: return "= " + resolvedLine(s)
-        case "dnssd.resolve-failed": return "! \(Rendering.scalar(.string(name))) \(type) not resolved: \(data["error"]?.stringValue ?? "?")"
-        case "dnssd.browse-failed": return "! browse failed: \(data["error"]?.stringValue ?? "?")"
-        case "dnssd.browse-interrupted": return "! avahi-daemon went away; waiting for it"
-        case "dnssd.browse-resumed": return "! avahi-daemon is back; browsing again"
+        case ControlEvent.dnssdResolveFailed: return "! \(Rendering.scalar(.string(name))) \(type) not resolved: \(data["error"]?.stringValue ?? "?")"
+        case ControlEvent.dnssdBrowseFailed: return "! browse failed: \(data["error"]?.stringValue ?? "?")"
+        case ControlEvent.dnssdBrowseInterrupted: return "! avahi-daemon went away; waiting for it"
+        case ControlEvent.dnssdBrowseResumed: return "! avahi-daemon is back; browsing again"
         default: return nil
         }
     }

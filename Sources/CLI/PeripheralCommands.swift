@@ -45,7 +45,7 @@ enum PeripheralCommands {
             }
             var p: [String: JSONValue] = ["definition": doc, "source": .string(path)]
             if let a = v.string("adapter") { p["adapter"] = .string(a) }
-            return RPCCall(method: "gatt.register", params: p, minimumReplyTimeout: 20)
+            return RPCCall(method: ControlMethod.gattRegister, params: p, minimumReplyTimeout: 20)
         }, render: { r in
             let services = r["services"]?.arrayValue?.count ?? 0
             return "\(r["id"]?.stringValue ?? "?") registered (\(services) service\(services == 1 ? "" : "s")) on \(r["address"]?.stringValue ?? "?")"
@@ -54,12 +54,12 @@ enum PeripheralCommands {
     static let unregister = CLICommand(
         ["gatt", "unregister"], abstract: "Unregister a GATT application.",
         arguments: [Positional("id", parser: .nonEmptyString, help: "The application id (from 'gatt register' or 'gatt list').")],
-        action: .call(request: { v throws(CLIError) in RPCCall(method: "gatt.unregister", params: ["id": .string(v.string("id")!)]) },
+        action: .call(request: { v throws(CLIError) in RPCCall(method: ControlMethod.gattUnregister, params: ["id": .string(v.string("id")!)]) },
                       render: { r in "\(r["id"]?.stringValue ?? "?") unregistered" }))
 
     static let list = CLICommand(
         ["gatt", "list"], abstract: "List the registered GATT applications and their characteristics.",
-        action: .call(request: { _ throws(CLIError) in RPCCall(method: "gatt.list") }, render: { r in
+        action: .call(request: { _ throws(CLIError) in RPCCall(method: ControlMethod.gattList) }, render: { r in
             let apps = r["applications"]?.arrayValue ?? []
             if apps.isEmpty { return "No applications." }
             var lines: [String] = []
@@ -82,7 +82,7 @@ enum PeripheralCommands {
         options: [hexFlag, appOption],
         arguments: characteristicArguments,
         action: .call(request: { v throws(CLIError) in
-            RPCCall(method: "gatt.set", params: characteristicParams(v))
+            RPCCall(method: ControlMethod.gattSet, params: characteristicParams(v))
         }, render: { r in "\(r["uuid"]?.stringValue ?? "?") = \(r["value"]?.stringValue.map { "\"\($0)\"" } ?? "0x" + (r["value_hex"]?.stringValue ?? ""))" }))
 
     static let notify = CLICommand(
@@ -100,7 +100,7 @@ enum PeripheralCommands {
                 p[v.flag("hex") ? "values_hex" : "values"] = .array(values.map { .string($0) })
             }
             if let d = v.string("device") { p["device"] = .string(d) }
-            return RPCCall(method: "gatt.notify", params: p)
+            return RPCCall(method: ControlMethod.gattNotify, params: p)
         }, render: { r in
             let count = r["count"]?.intValue ?? 1
             return "notified \(count == 1 ? "" : "\(count) values, ")\(r["length"]?.intValue ?? 0) bytes to \(r["subscribers"]?.intValue ?? 0) subscriber(s)"
@@ -139,7 +139,7 @@ enum PeripheralCommands {
         if let d = v.string("device") { p["device"] = .string(d) }
         let client = try context.connect()
         defer { client.close() }
-        let r = try context.perform(RPCCall(method: "gatt.notify-stream", params: p), on: client)
+        let r = try context.perform(RPCCall(method: ControlMethod.gattNotifyStream, params: p), on: client)
         guard let fd = client.takeDescriptor() else {
             throw .failure("the daemon answered without passing the stream's socket", exitCode: 1)
         }
@@ -192,7 +192,7 @@ enum PeripheralCommands {
         var ended: JSONValue?
         while ended == nil {
             guard let e = try events.next() else { break }
-            if e["topic"]?.stringValue == "gatt.stream.ended", e["data"]?["stream"]?.stringValue == streamID { ended = e["data"] }
+            if e["topic"]?.stringValue == ControlEvent.gattStreamEnded, e["data"]?["stream"]?.stringValue == streamID { ended = e["data"] }
         }
         guard let ended else { throw .failure("no end-of-stream report from the daemon within 30 s (\(written) values written)", exitCode: 1) }
         let sent = ended["sent"]?.intValue ?? 0, unsent = ended["unsent"]?.intValue ?? 0
@@ -255,7 +255,7 @@ enum PeripheralCommands {
                 p["interval_ms"] = ["min": .int(Int64(parts[0])), "max": .int(Int64(parts[1]))]
             }
             if let t = v.int("adv-timeout") { p["timeout"] = .int(Int64(t)) }
-            return RPCCall(method: "advertise.start", params: p, minimumReplyTimeout: 15)
+            return RPCCall(method: ControlMethod.advertiseStart, params: p, minimumReplyTimeout: 15)
         }, render: { r in
             "\(r["id"]?.stringValue ?? "?") advertising on \(r["address"]?.stringValue ?? "?") (\(r["advertising_bytes"]?.intValue ?? 0) bytes of advertising data, \(r["scan_response_bytes"]?.intValue ?? 0) of scan response)"
         }))
@@ -264,7 +264,7 @@ enum PeripheralCommands {
         ["advertise", "stop"], abstract: "Stop an advertisement (all when no id is given).",
         arguments: [Positional("id", parser: .nonEmptyString, optional: true, help: "The advertisement id.")],
         action: .call(request: { v throws(CLIError) in
-            RPCCall(method: "advertise.stop", params: v.string("id").map { ["id": .string($0)] } ?? [:])
+            RPCCall(method: ControlMethod.advertiseStop, params: v.string("id").map { ["id": .string($0)] } ?? [:])
         }, render: { r in
             let ids = (r["stopped"]?.arrayValue ?? []).compactMap(\.stringValue)
             return ids.isEmpty ? "No advertisements." : "stopped " + ids.joined(separator: ", ")
@@ -272,7 +272,7 @@ enum PeripheralCommands {
 
     static let advertiseList = CLICommand(
         ["advertise", "list"], abstract: "List the daemon's advertisements.",
-        action: .call(request: { _ throws(CLIError) in RPCCall(method: "advertise.list") }, render: { r in
+        action: .call(request: { _ throws(CLIError) in RPCCall(method: ControlMethod.advertiseList) }, render: { r in
             let ads = r["advertisements"]?.arrayValue ?? []
             if ads.isEmpty { return "No advertisements." }
             return Rendering.table(header: ["ID", "ACTIVE", "ADDRESS", "NAME", "SERVICES"], rows: ads.map { a in
@@ -287,7 +287,7 @@ enum PeripheralCommands {
         arguments: [Positional("policy", parser: .nonEmptyString, optional: true, repeating: true, help: "The new policy (omit to show it).")],
         action: .call(request: { v throws(CLIError) in
             let words = v.strings("policy")
-            return RPCCall(method: "agent.policy", params: words.isEmpty ? [:] : ["policy": .string(words.joined(separator: " "))])
+            return RPCCall(method: ControlMethod.agentPolicy, params: words.isEmpty ? [:] : ["policy": .string(words.joined(separator: " "))])
         }, render: { r in "pairing policy: \(r["policy"]?.stringValue ?? "?")" }))
 
     static let agentConfirm = CLICommand(
@@ -295,6 +295,6 @@ enum PeripheralCommands {
         arguments: [Positional("id", parser: .nonEmptyString, help: "The request id from the agent.request event."),
                     Positional("answer", parser: .choice(["yes", "no"]), help: "yes to accept, no to refuse.")],
         action: .call(request: { v throws(CLIError) in
-            RPCCall(method: "agent.confirm", params: ["id": .string(v.string("id")!), "accept": .bool(v.string("answer") == "yes")])
+            RPCCall(method: ControlMethod.agentConfirm, params: ["id": .string(v.string("id")!), "accept": .bool(v.string("answer") == "yes")])
         }, render: { r in "\(r["id"]?.stringValue ?? "?") \(r["accepted"]?.boolValue == true ? "accepted" : "refused")" }))
 }

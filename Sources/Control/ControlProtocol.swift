@@ -33,6 +33,8 @@ public enum ControlEvent {
     public static let bluezAvailable = "bluez.available"
     /// Topic: BlueZ left the bus.
     public static let bluezUnavailable = "bluez.unavailable"
+    /// Topic: the configuration was reloaded (SIGHUP): `{"changed": [key], "restart_needed": [key]}`.
+    public static let daemonReloaded = "daemon.reloaded"
 
     /// Builds the notification for one event; `time` is rendered as RFC 3339 UTC with milliseconds.
     public static func notification(topic: String, time: Date, data: JSONValue) -> RPCNotification {

@@ -34,4 +34,18 @@ extension ControlEvent {
     public static let dnssdAvahiAvailable = "dnssd.avahi-available"
     /// Topic: avahi-daemon went away.
     public static let dnssdAvahiUnavailable = "dnssd.avahi-unavailable"
+    /// Topic: a publication could not be (re)published (`error`).
+    public static let dnssdPublishFailed = "dnssd.publish-failed"
+    /// Topic: a publication was withdrawn.
+    public static let dnssdUnpublished = "dnssd.unpublished"
+    /// Topic: a resolving browse could not resolve a service (browsing connection only).
+    public static let dnssdResolveFailed = "dnssd.resolve-failed"
+    /// Topic: a browse has reported what Avahi knew at its start (browsing connection only).
+    public static let dnssdAllForNow = "dnssd.all-for-now"
+    /// Topic: a browse failed and ended (browsing connection only).
+    public static let dnssdBrowseFailed = "dnssd.browse-failed"
+    /// Topic: a browse waits for avahi-daemon to come back (browsing connection only).
+    public static let dnssdBrowseInterrupted = "dnssd.browse-interrupted"
+    /// Topic: a browse runs again after avahi-daemon came back (browsing connection only).
+    public static let dnssdBrowseResumed = "dnssd.browse-resumed"
 }

@@ -39,7 +39,7 @@ final class DNSSDCapability: DaemonCapability {
         context.register(ControlMethod.dnssdUnpublish) { [unowned self] p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["id"])
             let id = try p.string("id")
-            let info = try await Self.rpc { () throws(DNSSDError) in try await client.unpublish(id) }
+            let info = try await rpc { try await client.unpublish(id) }
             return json(info)
         }
         context.register(ControlMethod.dnssdUpdate) { [unowned self] p, _ throws(RPCError) in
@@ -47,7 +47,7 @@ final class DNSSDCapability: DaemonCapability {
             let id = try p.string("id")
             guard p["txt"] != nil else { throw RPCError.invalidParams("txt", "required") }
             let txt = try Self.txt(p)
-            let info = try await Self.rpc { () throws(DNSSDError) in try await client.updateTXT(id, txt) }
+            let info = try await rpc { try await client.updateTXT(id, txt) }
             return json(info)
         }
         context.register(ControlMethod.dnssdList) { [unowned self] p, _ throws(RPCError) in
@@ -61,21 +61,21 @@ final class DNSSDCapability: DaemonCapability {
         context.register(ControlMethod.dnssdBrowseStop) { [unowned self] p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["browse_id"])
             let id = try p.string("browse_id")
-            try await Self.rpc { () throws(DNSSDError) in try await client.stopBrowse(id) }
+            try await rpc { try await client.stopBrowse(id) }
             _ = state.withLock { $0.browseOwners.removeValue(forKey: id) }
             return ["browse_id": .string(id), "stopped": true]
         }
         context.register(ControlMethod.dnssdResolve) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["name", "type", "domain", "interface", "timeout", "all_addresses", "fresh"])
             let (nameText, typeText, domainText) = (try p.string("name"), try p.string("type"), try p.optionalString("domain"))
-            let name = try Self.check { () throws(DNSSDError) in try DNSSDValidation.instanceName(nameText) }
-            let type = try Self.check { () throws(DNSSDError) in try ServiceType(typeText) }
-            let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+            let name = try check { try DNSSDValidation.instanceName(nameText) }
+            let type = try check { try ServiceType(typeText) }
+            let domain = try check { try DNSSDValidation.domain(domainText) }
             let iface = try Self.interface(p)
             let timeout = try p.optionalDouble("timeout", in: 0.1...120) ?? 5
             let all = try p.optionalBool("all_addresses") ?? false
             let fresh = try p.optionalBool("fresh") ?? false
-            let r = try await Self.rpc { () throws(DNSSDError) in
+            let r = try await rpc {
                 try await client.resolve(name: name, type: type.description, domain: domain, interfaceIndex: iface?.index,
                                          timeout: timeout, allAddresses: all, fresh: fresh)
             }
@@ -84,10 +84,10 @@ final class DNSSDCapability: DaemonCapability {
         context.register(ControlMethod.dnssdTypes) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["domain", "interface", "timeout"])
             let domainText = try p.optionalString("domain")
-            let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+            let domain = try check { try DNSSDValidation.domain(domainText) }
             let iface = try Self.interface(p)
             let timeout = try p.optionalDouble("timeout", in: 0.1...120) ?? 3
-            let types = try await Self.rpc { () throws(DNSSDError) in
+            let types = try await rpc {
                 try await client.serviceTypes(domain: domain, interfaceIndex: iface?.index, timeout: timeout)
             }
             return ["types": .array(types.map { t in
@@ -111,16 +111,16 @@ final class DNSSDCapability: DaemonCapability {
         try p.rejectUnknown(allowed: ["name", "type", "port", "txt", "subtypes", "domain", "interface", "owner", "wait"])
         // Every check before anything reaches Avahi: a bad request publishes nothing.
         let (nameText, typeText, portNumber) = (try p.string("name"), try p.string("type"), try p.int("port"))
-        let name = try Self.check { () throws(DNSSDError) in try DNSSDValidation.instanceName(nameText) }
-        let type = try Self.check { () throws(DNSSDError) in try ServiceType(typeText) }
-        let port = try Self.check { () throws(DNSSDError) in try DNSSDValidation.port(portNumber) }
+        let name = try check { try DNSSDValidation.instanceName(nameText) }
+        let type = try check { try ServiceType(typeText) }
+        let port = try check { try DNSSDValidation.port(portNumber) }
         let txt = try Self.txt(p)
         let subtypeTexts = try p.optionalStringArray("subtypes") ?? []
         guard subtypeTexts.count <= 16 else { throw RPCError.invalidParams("subtypes", "at most 16 subtypes") }
         var subtypes: [String] = []
-        for s in subtypeTexts { subtypes.append(try Self.check { () throws(DNSSDError) in try DNSSDValidation.subtype(s, of: type) }) }
+        for s in subtypeTexts { subtypes.append(try check { try DNSSDValidation.subtype(s, of: type) }) }
         let domainText = try p.optionalString("domain")
-        let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+        let domain = try check { try DNSSDValidation.domain(domainText) }
         let iface = try Self.interface(p)
         let owner = try p.optionalString("owner") ?? "daemon"
         guard owner == "daemon" || owner == "connection" else {
@@ -130,7 +130,7 @@ final class DNSSDCapability: DaemonCapability {
         guard let client = state.withLock({ $0.client }) else { throw RPCError.internalError("DNS-SD is not set up") }
         let spec = ServiceSpec(name: name, type: type, port: port, txt: txt, subtypes: subtypes, domain: domain,
                                interface: iface?.name, interfaceIndex: iface?.index)
-        let info = try await Self.rpc { () throws(DNSSDError) in try await client.publish(spec, wait: wait) }
+        let info = try await rpc { try await client.publish(spec, wait: wait) }
         if owner == "connection" {
             state.withLock { $0.publicationOwners[info.id] = ctx.clientID }
             ctx.onConnectionClose { [weak self] in
@@ -145,14 +145,14 @@ final class DNSSDCapability: DaemonCapability {
     private func browse(_ p: RPCParams, _ ctx: RequestContext) async throws(RPCError) -> JSONValue {
         try p.rejectUnknown(allowed: ["type", "domain", "interface", "resolve"])
         let (typeText, domainText) = (try p.string("type"), try p.optionalString("domain"))
-        let type = try Self.check { () throws(DNSSDError) in try Self.browseType(typeText) }
-        let domain = try Self.check { () throws(DNSSDError) in try DNSSDValidation.domain(domainText) }
+        let type = try check { try Self.browseType(typeText) }
+        let domain = try check { try DNSSDValidation.domain(domainText) }
         let iface = try Self.interface(p)
         let resolve = try p.optionalBool("resolve") ?? false
         guard let client = state.withLock({ $0.client }) else { throw RPCError.internalError("DNS-SD is not set up") }
         let spec = BrowseSpec(type: type, domain: domain, interfaceIndex: iface?.index, resolve: resolve)
         // Register the owner before the browser exists: Avahi may report from its cache at once.
-        let id = try await Self.rpc { () throws(DNSSDError) in
+        let id = try await rpc {
             try await client.browse(spec) { [weak self] id in
                 self?.state.withLock { $0.browseOwners[id] = ctx.client }
             }
@@ -186,9 +186,9 @@ final class DNSSDCapability: DaemonCapability {
         case .renamed(let info, let from):
             publish(ControlEvent.dnssdRenamed, ["service": json(info), "from": .string(from), "to": .string(info.name)])
         case .publishFailed(let info, let error):
-            publish("dnssd.publish-failed", ["service": json(info), "error": .string(error)])
+            publish(ControlEvent.dnssdPublishFailed, ["service": json(info), "error": .string(error)])
         case .unpublished(let info):
-            publish("dnssd.unpublished", ["service": json(info)])
+            publish(ControlEvent.dnssdUnpublished, ["service": json(info)])
         case .found(let id, let s):
             toOwner(id, ControlEvent.dnssdFound, ["service": DNSSDJSON.found(s)])
         case .removed(let id, let s):
@@ -196,21 +196,45 @@ final class DNSSDCapability: DaemonCapability {
         case .resolved(let id, let r):
             toOwner(id, ControlEvent.dnssdResolved, ["service": DNSSDJSON.resolved(r)])
         case .resolveFailed(let id, let s, let error):
-            toOwner(id, "dnssd.resolve-failed", ["service": DNSSDJSON.found(s), "error": .string(error)])
+            toOwner(id, ControlEvent.dnssdResolveFailed, ["service": DNSSDJSON.found(s), "error": .string(error)])
         case .allForNow(let id):
-            toOwner(id, "dnssd.all-for-now", [:])
+            toOwner(id, ControlEvent.dnssdAllForNow, [:])
         case .browseFailed(let id, let error):
-            toOwner(id, "dnssd.browse-failed", ["error": .string(error)])
+            toOwner(id, ControlEvent.dnssdBrowseFailed, ["error": .string(error)])
             _ = state.withLock { $0.browseOwners.removeValue(forKey: id) }
         case .browseInterrupted(let id):
-            toOwner(id, "dnssd.browse-interrupted", ["reason": "avahi-daemon went away"])
+            toOwner(id, ControlEvent.dnssdBrowseInterrupted, ["reason": "avahi-daemon went away"])
         case .browseResumed(let id):
-            toOwner(id, "dnssd.browse-resumed", [:])
+            toOwner(id, ControlEvent.dnssdBrowseResumed, [:])
         }
     }
 
     private func json(_ info: PublicationInfo) -> JSONValue {
         let owned = state.withLock { $0.publicationOwners[info.id] != nil }
         return DNSSDJSON.publication(info, owner: owned ? "connection" : "daemon")
+    }
+}
+
+// MARK: Errors
+
+extension DNSSDError: RPCErrorConvertible {
+    /// The JSON-RPC error for a DNS-SD error, with a machine-readable `kind`.
+    var rpcError: RPCError {
+        switch self {
+        case .invalid(let param, let reason):
+            return .invalidParams(param, reason)
+        case .unavailable:
+            return RPCError(code: RPCErrorCode.dnssdUnavailable, message: description, data: ["kind": "avahi-unavailable"])
+        case .notFound(let kind, let id):
+            return RPCError(code: RPCErrorCode.dnssdNotFound, message: description,
+                            data: ["kind": "not-found", "what": .string(kind), "id": .string(id)])
+        case .avahi(_, let code, let message):
+            return RPCError(code: RPCErrorCode.dnssdFailed, message: description,
+                            data: ["kind": "avahi-error", "avahi_error": .int(Int64(code)), "avahi_message": .string(message)])
+        case .timeout(_, let seconds):
+            return RPCError(code: RPCErrorCode.timeout, message: description, data: ["kind": "timeout", "seconds": .double(seconds)])
+        case .resolveFailed:
+            return RPCError(code: RPCErrorCode.dnssdNotResolved, message: description, data: ["kind": "not-resolved"])
+        }
     }
 }

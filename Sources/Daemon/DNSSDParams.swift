@@ -4,44 +4,6 @@ import Foundation
 
 /// Parameter checks and JSON shapes for the `dnssd.*` methods.
 extension DNSSDCapability {
-    /// Runs a DNS-SD check, turning its error into the JSON-RPC error naming the param.
-    static func check<T>(_ body: () throws(DNSSDError) -> T) throws(RPCError) -> T {
-        do {
-            return try body()
-        } catch {
-            throw rpcError(error)
-        }
-    }
-
-    /// Runs a DNS-SD operation, turning its error into a JSON-RPC error.
-    static func rpc<T: Sendable>(_ body: () async throws(DNSSDError) -> T) async throws(RPCError) -> T {
-        do {
-            return try await body()
-        } catch {
-            throw rpcError(error)
-        }
-    }
-
-    /// The JSON-RPC error for a DNS-SD error, with a machine-readable `kind`.
-    static func rpcError(_ error: DNSSDError) -> RPCError {
-        switch error {
-        case .invalid(let param, let reason):
-            return .invalidParams(param, reason)
-        case .unavailable:
-            return RPCError(code: RPCErrorCode.dnssdUnavailable, message: error.description, data: ["kind": "avahi-unavailable"])
-        case .notFound(let kind, let id):
-            return RPCError(code: RPCErrorCode.dnssdNotFound, message: error.description,
-                            data: ["kind": "not-found", "what": .string(kind), "id": .string(id)])
-        case .avahi(_, let code, let message):
-            return RPCError(code: RPCErrorCode.dnssdFailed, message: error.description,
-                            data: ["kind": "avahi-error", "avahi_error": .int(Int64(code)), "avahi_message": .string(message)])
-        case .timeout(_, let seconds):
-            return RPCError(code: RPCErrorCode.timeout, message: error.description, data: ["kind": "timeout", "seconds": .double(seconds)])
-        case .resolveFailed:
-            return RPCError(code: RPCErrorCode.dnssdNotResolved, message: error.description, data: ["kind": "not-resolved"])
-        }
-    }
-
     /// `txt`: an array of "key=value" strings (order kept), or an object of strings (and
     /// `true` for a key without a value), sorted by key.
     static func txt(_ p: RPCParams) throws(RPCError) -> TXTRecord {
@@ -64,13 +26,13 @@ extension DNSSDCapability {
         } else {
             throw .invalidParams("txt", "expected an array of \"key=value\" strings or an object, got \(v.typeName)")
         }
-        return try check { () throws(DNSSDError) in try TXTRecord(entries) }
+        return try check { try TXTRecord(entries) }
     }
 
     /// `interface`: a network interface name that exists now.
     static func interface(_ p: RPCParams) throws(RPCError) -> (name: String, index: Int32)? {
         guard let name = try p.optionalString("interface") else { return nil }
-        let index = try check { () throws(DNSSDError) in try DNSSDValidation.interfaceIndex(name) }
+        let index = try check { try DNSSDValidation.interfaceIndex(name) }
         return (name, index)
     }
 

@@ -16,25 +16,18 @@ extension PeerlinkDaemon {
         server.register(ControlMethod.adapterList) { [unowned self] params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: [])
             let b = try bluez()
-            guard b.availableNow else { throw Self.rpc(.unavailable("bluetoothd is not running")) }
+            guard b.availableNow else { throw BlueZError.unavailable("bluetoothd is not running").rpcError }
             let def = defaultAdapter(b)
-            return ["adapters": .array(b.adaptersNow.map { $0.json(isDefault: $0.address == def?.address) })]
+            return ["adapters": .array(b.adaptersNow.map { BLEJSON.adapter($0, isDefault: $0.address == def?.address) })]
         }
         server.register(ControlMethod.adapterPower) { [unowned self] params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: ["on", "adapter", "timeout"])
             let on = try params.bool("on")
-            let selector = try Self.selector(params)
+            let selector = try BLEParams.adapter(params)
             let timeout = try params.optionalDouble("timeout", in: 0.1...300) ?? 10
             let b = try bluez()
-            let a: AdapterInfo
-            do {
-                a = try await b.setPowered(selector ?? defaultSelector, on: on, timeout: .milliseconds(Int(timeout * 1000)))
-            } catch let e as BlueZError {
-                throw Self.rpc(e)
-            } catch {
-                throw RPCError.internalError("\(error)")
-            }
-            return a.json(isDefault: a.address == defaultAdapter(b)?.address)
+            let a = try await rpc { try await b.setPowered(selector ?? defaultSelector, on: on, timeout: .milliseconds(Int(timeout * 1000))) }
+            return BLEJSON.adapter(a, isDefault: a.address == defaultAdapter(b)?.address)
         }
         server.register(ControlMethod.eventsSubscribe) { params, context throws(RPCError) in
             try params.rejectUnknown(allowed: ["topics"])
@@ -84,7 +77,7 @@ extension PeerlinkDaemon {
             "bluez": ["available": .bool(available)],
             "default_adapter": def.map { .string($0.name) } ?? .null,
             "configured_adapter": cfg.adapter.map { .string($0) } ?? .null,
-            "adapters": .array(adapters.map { $0.json(isDefault: $0.address == def?.address) }),
+            "adapters": .array(adapters.map { BLEJSON.adapter($0, isDefault: $0.address == def?.address) }),
             "socket": .string(cfg.socketPath),
             "clients": .int(Int64(server.clientCount)),
             "state_dir": .string(cfg.stateDirectory),
@@ -102,35 +95,5 @@ extension PeerlinkDaemon {
     func publishBlueZ(_ event: BlueZEvent) {
         let def = link.withLock { $0.bluez }.flatMap { defaultAdapter($0) }
         publish(event, defaultAddress: def?.address)
-    }
-
-    /// The optional `adapter` parameter as a selector.
-    static func selector(_ params: RPCParams) throws(RPCError) -> AdapterSelector? {
-        guard let text = try params.optionalString("adapter") else { return nil }
-        guard let s = AdapterSelector(text) else {
-            throw RPCError.invalidParams("adapter", "expected hciN or an address like 00:AA:01:00:00:00, got \"\(text)\"")
-        }
-        return s
-    }
-
-    /// A BlueZ failure as a JSON-RPC error with a machine-readable kind.
-    static func rpc(_ error: BlueZError) -> RPCError {
-        switch error {
-        case .unavailable:
-            return RPCError(code: RPCErrorCode.bluetoothUnavailable, message: error.description, data: ["kind": "bluetooth-unavailable"])
-        case .adapterNotFound(let s, let known):
-            return RPCError(code: RPCErrorCode.adapterNotFound, message: error.description,
-                            data: ["kind": "adapter-not-found", "adapter": .string(s.description), "known": .array(known.map { .string($0) })])
-        case .noAdapters:
-            return RPCError(code: RPCErrorCode.adapterNotFound, message: error.description, data: ["kind": "no-adapters"])
-        case .blocked(let a):
-            return RPCError(code: RPCErrorCode.adapterBlocked, message: error.description,
-                            data: ["kind": "rfkill-blocked", "adapter": .string(a.name), "power_state": .string(a.powerState)])
-        case .timeout:
-            return RPCError(code: RPCErrorCode.timeout, message: error.description, data: ["kind": "timeout"])
-        case .bus(let e):
-            return RPCError(code: RPCErrorCode.dbusError, message: error.description,
-                            data: ["kind": "dbus-error", "name": .string(e.name), "message": .string(e.message)])
-        }
     }
 }

@@ -122,7 +122,7 @@ public final class PeerlinkDaemon: Sendable {
             logger.warning("configuration changes need a restart to apply", ["keys": needRestart.joined(separator: ",")])
         }
         logger.notice("configuration reloaded", ["changed": changed.joined(separator: ",")])
-        server.publish(topic: "daemon.reloaded", data: ["changed": .array(changed.map { .string($0) }),
+        server.publish(topic: ControlEvent.daemonReloaded, data: ["changed": .array(changed.map { .string($0) }),
                                                         "restart_needed": .array(needRestart.map { .string($0) })])
     }
 
@@ -149,9 +149,7 @@ public final class PeerlinkDaemon: Sendable {
         let (b, why) = link.withLock { ($0.bluez, $0.lastError) }
         guard let b else {
             let bus = config.withLock { $0.bus }
-            throw RPCError(code: RPCErrorCode.bluetoothUnavailable,
-                           message: "Bluetooth is unavailable: not connected to the \(bus) bus (\(why ?? "unknown"))",
-                           data: ["kind": "bluetooth-unavailable"])
+            throw BlueZError.unavailable("not connected to the \(bus) bus (\(why ?? "unknown"))").rpcError
         }
         return b
     }
@@ -161,7 +159,7 @@ public final class PeerlinkDaemon: Sendable {
 
     /// Turns BlueZ events into control-socket events.
     func publish(_ event: BlueZEvent, defaultAddress: BluetoothAddress?) {
-        func j(_ a: AdapterInfo) -> JSONValue { a.json(isDefault: a.address == defaultAddress) }
+        func j(_ a: AdapterInfo) -> JSONValue { BLEJSON.adapter(a, isDefault: a.address == defaultAddress) }
         switch event {
         case .available: server.publish(topic: ControlEvent.bluezAvailable, data: [:])
         case .unavailable: server.publish(topic: ControlEvent.bluezUnavailable, data: [:])
@@ -181,16 +179,4 @@ public struct DaemonError: Error, CustomStringConvertible {
     /// What went wrong.
     public let description: String
     init(_ description: String) { self.description = description }
-}
-
-extension AdapterInfo {
-    /// The adapter as the control protocol shows it.
-    func json(isDefault: Bool) -> JSONValue {
-        [
-            "name": .string(name), "address": .string(address.description), "address_type": .string(addressType),
-            "alias": .string(alias), "powered": .bool(powered), "power_state": .string(powerState),
-            "discoverable": .bool(discoverable), "discovering": .bool(discovering),
-            "roles": .array(roles.map { .string($0) }), "path": .string(path.rawValue), "default": .bool(isDefault),
-        ]
-    }
 }
