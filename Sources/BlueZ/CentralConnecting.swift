@@ -58,7 +58,7 @@ extension Central {
                         if d.connected { localDisconnects.insert(key) }
                         try? await Device1(s.connection, d.path).disconnect(timeout: .seconds(5))
                     }
-                    throw .connect(f, device: address, adapter: a.name, timeout: timeout)
+                    throw .connectFailure(f, device: address, adapter: a.name, timeout: timeout)
                 case .awaitServices(let limit):
                     if await waitUntil(limit, isResolved) { return }
                     guard let d = table.device(address, adapter: a.path), d.connected else { continue }
@@ -67,10 +67,10 @@ extension Central {
                     logger.info("services not resolved; reconnecting", ["device": address.description])
                     await dropLink(d, key, s)
                 case .attempt(let attempt, let linkWait):
-                    let step = await attemptOnce(a, address: address, addressType: addressType, attempt: attempt, linkWait: linkWait,
+                    let step = await attemptOnce(s, a, address: address, addressType: addressType, attempt: attempt, linkWait: linkWait,
                                                  connector: &connector, isResolved: isResolved, isConnected: isConnected)
                     switch step {
-                    case .fail(let f): throw .connect(f, device: address, adapter: a.name, timeout: timeout)
+                    case .fail(let f): throw .connectFailure(f, device: address, adapter: a.name, timeout: timeout)
                     case .awaitLink(let limit): _ = await waitUntil(limit, isConnected)
                     case .retry(let delay):
                         logger.info("connect failed, retrying", ["device": address.description, "attempt": "\(attempt)",
@@ -97,10 +97,9 @@ extension Central {
 
     /// One Connect (or ConnectDevice) call and the watch beside it; returns what the
     /// connector says when the call failed (`.retryNow` when the loop should just look again).
-    private func attemptOnce(_ a: AdapterInfo, address: BluetoothAddress, addressType: String?, attempt: Int, linkWait: Duration,
+    private func attemptOnce(_ s: (connection: BusConnection, bluez: BlueZClient), _ a: AdapterInfo, address: BluetoothAddress, addressType: String?, attempt: Int, linkWait: Duration,
                              connector: inout Connector, isResolved: @escaping @Sendable (BlueZObjectTable) -> Bool,
                              isConnected: @escaping @Sendable (BlueZObjectTable) -> Bool) async -> Connector.Step {
-        let s = session!
         let key = DeviceKey(adapter: a.address, device: address)
         // BlueZ answers Connect on LE only once GATT discovery is done; in the field (and
         // in the emulator) that discovery can stall on a live link. So the call runs

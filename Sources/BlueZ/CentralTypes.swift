@@ -72,7 +72,7 @@ public enum CentralError: Error, Sendable, CustomStringConvertible {
     }
 
     /// A failed connect as the central reports it.
-    static func connect(_ f: Connector.Failure, device: BluetoothAddress, adapter: String, timeout: Duration) -> CentralError {
+    public static func connectFailure(_ f: Connector.Failure, device: BluetoothAddress, adapter: String, timeout: Duration) -> CentralError {
         switch f {
         case .timedOut(let attempts, let last):
             .timeout("could not connect to \(device) on \(adapter) within \(timeout.secondsText) (\(attempts) attempt\(attempts == 1 ? "" : "s")\(last.map { "; last: \($0)" } ?? ""))")

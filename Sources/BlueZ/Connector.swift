@@ -106,8 +106,9 @@ public struct Connector: Sendable {
         self.backoff = backoff
     }
 
-    /// What to do with the link as it is now.
+    /// What to do with the link as it is now. A resolved link is taken even at the deadline.
     public mutating func next(link: Link, now: ContinuousClock.Instant) -> Step {
+        if link == .resolved { return .done }
         let remaining = deadline - now
         if remaining <= Self.lastMoment { return .fail(.timedOut(attempts: attempts, lastError: lastError)) }
         switch link {

@@ -50,8 +50,8 @@ public struct DiscoveryScheduler: Sendable {
         var discovering = false
         /// The filter last set (nil: none of ours).
         var applied: DiscoveryFilter?
-        /// Set when bluetoothd lost our session: the next start resumes the scans.
-        var resumePending = false
+        /// The scans running when bluetoothd lost our session: the next start resumes them.
+        var resumePending: Set<String> = []
     }
 
     private var adapters: [BluetoothAddress: AdapterState] = [:]
@@ -68,7 +68,10 @@ public struct DiscoveryScheduler: Sendable {
 
     /// A scan ended (stopped, timed out, its owner gone).
     public mutating func scanStopped(_ id: String) {
-        for k in adapters.keys { adapters[k]?.scans.removeValue(forKey: id) }
+        for k in adapters.keys {
+            adapters[k]?.scans.removeValue(forKey: id)
+            adapters[k]?.resumePending.remove(id)
+        }
     }
 
     /// A connect (or pairing) on `adapter` began: discovery pauses.
@@ -86,10 +89,11 @@ public struct DiscoveryScheduler: Sendable {
     /// was powered off or on, or went): the next plan starts from nothing, and the scans
     /// are reported resumed when discovery starts again (`resume`).
     public mutating func adapterReset(_ adapter: BluetoothAddress, resume: Bool) {
-        guard adapters[adapter] != nil else { return }
-        adapters[adapter]?.discovering = false
-        adapters[adapter]?.applied = nil
-        if resume { adapters[adapter]?.resumePending = true }
+        guard var s = adapters[adapter] else { return }
+        s.discovering = false
+        s.applied = nil
+        if resume { s.resumePending.formUnion(s.scans.keys) }
+        adapters[adapter] = s
     }
 
     /// bluetoothd went (or the bus connection did): every adapter's session is gone.
@@ -116,10 +120,9 @@ public struct DiscoveryScheduler: Sendable {
         case .stop: adapters[adapter]?.discovering = false
         case .start:
             adapters[adapter]?.discovering = true
-            if adapters[adapter]?.resumePending == true {
-                adapters[adapter]?.resumePending = false
-                return scanIDs(adapter)
-            }
+            let resumed = adapters[adapter]?.resumePending.sorted() ?? []
+            adapters[adapter]?.resumePending = []
+            return resumed
         }
         return []
     }

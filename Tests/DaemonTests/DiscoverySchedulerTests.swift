@@ -131,6 +131,19 @@ import Testing
         // Once only.
         s.adapterReset(Self.hci0, resume: false)
         #expect(Self.run(&s).resumed.isEmpty)
+        // Only scans that were running when the session was lost are resumed: not one
+        // started meanwhile, nor one stopped meanwhile.
+        s.adapterReset(Self.hci0, resume: true)
+        s.scanStopped("scan-1")
+        s.scanStarted("scan-3", adapter: Self.hci0, filter: Self.filter())
+        #expect(Self.run(&s).resumed == ["scan-2"])
+        // An adapter that comes back without scans resumes nothing later.
+        var idle = DiscoveryScheduler()
+        idle.connectBegan(adapter: Self.hci1)
+        idle.connectEnded(adapter: Self.hci1)
+        idle.adapterReset(Self.hci1, resume: true)
+        idle.scanStarted("scan-9", adapter: Self.hci1, filter: Self.filter())
+        #expect(Self.run(&idle, Self.hci1).resumed.isEmpty)
     }
 
     @Test func bluetoothdGoneForgetsEverySession() {
