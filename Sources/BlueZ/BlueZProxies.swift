@@ -61,6 +61,11 @@ struct Adapter1: Sendable {
         _ = try await object.call("StopDiscovery", timeout: .seconds(10))
     }
 
+    /// Sets `Powered`.
+    func setPowered(_ on: Bool, timeout: Duration) async throws(BlueZCallError) {
+        try await object.set("Powered", .boolean(on), timeout: timeout)
+    }
+
     /// `RemoveDevice`: the device's link, bond and cached attributes go.
     func removeDevice(_ device: ObjectPath) async throws(BlueZCallError) {
         _ = try await object.call("RemoveDevice", [.objectPath(device)], timeout: .seconds(10))

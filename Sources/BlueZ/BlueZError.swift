@@ -1,6 +1,37 @@
 import BLE
 import DBus
 
+/// Why a BlueZ operation failed: bluetoothd or the adapter is not there or not usable, or
+/// a call was refused (`bus`, with the reply read as a `BlueZCallError`).
+public enum BlueZError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// `bluetoothd` is not on the bus, or the bus is not connected.
+    case unavailable(String)
+    /// No adapter matches the selector.
+    case adapterNotFound(AdapterSelector, known: [String])
+    /// No adapter at all.
+    case noAdapters
+    /// The adapter is blocked by rfkill.
+    case blocked(AdapterInfo)
+    /// A state was not reached in time.
+    case timeout(String)
+    /// BlueZ answered with an error.
+    case bus(BlueZCallError)
+
+    /// A sentence for users.
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "Bluetooth is unavailable: \(why)"
+        case .adapterNotFound(let s, let known):
+            "no adapter \(s); adapters present: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
+        case .noAdapters: "no Bluetooth adapter is present"
+        case .blocked(let a):
+            "adapter \(a.name) (\(a.address)) is blocked by rfkill (power state \(a.powerState)); unblock it with 'rfkill unblock bluetooth'"
+        case .timeout(let what): "timed out: \(what)"
+        case .bus(let e): "BlueZ error \(e.name): \(e.message)"
+        }
+    }
+}
+
 /// How a BlueZ method call failed: the one error every typed proxy (`Adapter1`, `Device1`,
 /// `GattCharacteristic1`) throws. Its `kind` comes from the `org.bluez.Error.*` name (or the
 /// D-Bus error behind a call that got no answer), and an ATT error code BlueZ put in the
@@ -149,6 +180,10 @@ public struct BlueZCallError: Error, Sendable, Hashable, CustomStringConvertible
         guard let att else { return base }
         return "\(base) (\(att.explanation))"
     }
+
+    /// Whether the adapter is blocked by rfkill: bluetoothd answers `org.bluez.Error.Blocked`,
+    /// or (older versions) `Failed` with "Blocked through rfkill".
+    public var isRFKillBlock: Bool { kind == .blocked || message.lowercased().contains("rfkill") }
 
     /// Whether a failed `Connect`/`ConnectDevice` is worth another attempt: BlueZ is busy, or
     /// the link attempt was aborted, cancelled or timed out. BlueZ names all of those
