@@ -40,8 +40,8 @@ public struct ATTError: RawRepresentable, Sendable, Hashable, CustomStringConver
     public static let encryptionKeySizeTooShort = ATTError(0x0C)
     /// 0x0D: the value's length is not valid for the operation.
     public static let invalidAttributeValueLength = ATTError(0x0D)
-    /// 0x0E: the request hit an error that was unlikely. BlueZ's own GATT server answers it
-    /// when its agent refuses the pairing an encrypted attribute needs.
+    /// 0x0E: the request hit an error that was unlikely. Seen from BlueZ when a read needed
+    /// pairing and the peripheral's agent refused it.
     public static let unlikelyError = ATTError(0x0E)
     /// 0x0F: the attribute needs an encrypted link.
     public static let insufficientEncryption = ATTError(0x0F)

@@ -87,6 +87,14 @@ struct Device1: Sendable {
         object = BlueZObject(connection: connection, path: path, interface: BlueZNames.device)
     }
 
+    /// The device and reason of a `Disconnected` signal (BlueZ 5.80+), nil for any other
+    /// message: `org.bluez.Reason.Remote` reads as `remote`, an empty body as `unknown`.
+    static func disconnected(_ m: BusMessage) -> (ObjectPath, String)? {
+        guard m.interface == BlueZNames.device, m.member == "Disconnected", let path = m.path else { return nil }
+        let reason = m.body.first?.string.map { $0.split(separator: ".").last.map { String($0).lowercased() } ?? $0 } ?? "unknown"
+        return (path, reason)
+    }
+
     /// `Connect` as a message (sent with a completion: see `Central.connectOnce`).
     var connectMessage: BusMessage { object.message("Connect") }
 

@@ -2,8 +2,6 @@ import BLE
 import DBus
 import Foundation
 import Logging
-import Synchronization
-import SystemKit
 
 /// The BLE central role over BlueZ: scans with filters, one operation gate per adapter,
 /// connections (optionally kept), GATT discovery, reads, writes, subscriptions, pairing.
@@ -170,9 +168,8 @@ public actor Central {
     }
 
     private func handle(_ m: BusMessage) {
-        if m.interface == BlueZNames.device, m.member == "Disconnected", let path = m.path {
+        if let (path, reason) = Device1.disconnected(m) {
             // BlueZ 5.80+: the reason, before Connected goes false.
-            let reason = m.body.first?.string.map { $0.split(separator: ".").last.map { String($0).lowercased() } ?? $0 } ?? "unknown"
             disconnectReasons[path] = reason
             return
         }

@@ -35,6 +35,9 @@ extension Central {
         localDisconnects.remove(key)
     }
 
+    /// One connect: with the adapter's gate held (discovery paused), attempts as the
+    /// `Connector` says until the services are resolved or it gives up; then waits for the
+    /// GATT tree to settle and reports `connected`.
     func connectOnce(_ a: AdapterInfo, address: BluetoothAddress, addressType: String?, timeout: Duration) async throws(CentralError) -> RemoteDevice {
         let key = DeviceKey(adapter: a.address, device: address)
         if let d = table.device(address, adapter: a.path), d.connected, d.servicesResolved { return d }
@@ -78,8 +81,8 @@ extension Central {
                         try? await Task.sleep(for: delay)
                     default: break
                     }
-                default:
-                    continue
+                case .awaitLink, .retryNow, .retry:
+                    continue  // `next` does not return these: they answer `failed`
                 }
             }
         }

@@ -5,7 +5,6 @@ import SystemKit
 /// Subscriptions to notifications and indications: one `NotifySource` per characteristic,
 /// shared by every subscriber to it, fed by AcquireNotify's socket or by `Value` changes.
 extension Central {
-
     /// Subscribes `owner` to notifications (AcquireNotify, falling back to StartNotify) or,
     /// with `indicate`, through StartNotify (BlueZ acquires only notifications).
     public func subscribe(owner: UInt64, adapter selector: AdapterSelector?, address: BluetoothAddress, characteristic uuid: BluetoothUUID,
