@@ -208,7 +208,7 @@ extension Central {
             try await Device1(s.connection, d.path).disconnect()
         } catch {
             localDisconnects.remove(key)
-            throw .refused("disconnecting \(address)", BlueZCallError(error))
+            throw .refused("disconnecting \(address)", error)
         }
         _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path)?.connected != true }
         return true

@@ -63,9 +63,8 @@ extension Central {
 
     /// A GATT call's failure as the central reports it: no answer is a timeout, bluetoothd
     /// gone is "unavailable", the rest is BlueZ refusing (with its ATT code, when it gave one).
-    static func gattFailure(_ error: any Error, _ what: String, timeout: Duration) -> CentralError {
-        let e = BlueZCallError(error)
-        return switch e.kind {
+    static func gattFailure(_ e: BlueZCallError, _ what: String, timeout: Duration) -> CentralError {
+        switch e.kind {
         case .noReply: .timeout("\(what): no answer within \(timeout.secondsText)")
         case .serviceGone: .bluez(.unavailable("bluetoothd went away"))
         default: .refused(what, e)

@@ -12,18 +12,16 @@ extension Central {
         if d.paired { return (d, true) }
         try await exclusive(a.address) { () async throws(CentralError) -> Void in
             let device = Device1(s.connection, d.path)
-            do {
+            do throws(BlueZCallError) {
                 try await device.pair(timeout: timeout)
-            } catch let e as BlueZCallError {
-                switch e.kind {
+            } catch {
+                switch error.kind {
                 case .alreadyExists: return
                 case .noReply:
                     try? await device.cancelPairing()
                     throw .timeout("pairing with \(address) did not finish within \(timeout.secondsText)")
-                default: throw .refused("pairing with \(address)", e)
+                default: throw .refused("pairing with \(address)", error)
                 }
-            } catch {
-                throw .invalidState("\(error)")
             }
         }
         _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path)?.paired == true }
@@ -38,7 +36,7 @@ extension Central {
         do {
             try await Device1(s.connection, d.path).setTrusted(trusted)
         } catch {
-            throw .refused("setting Trusted on \(address)", BlueZCallError(error))
+            throw .refused("setting Trusted on \(address)", error)
         }
         _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: a.path)?.trusted == trusted }
         return table.device(address, adapter: a.path) ?? d
@@ -61,7 +59,7 @@ extension Central {
         do {
             try await Adapter1(s.connection, a.path).removeDevice(d.path)
         } catch {
-            throw .refused(what, BlueZCallError(error))
+            throw .refused(what, error)
         }
         let address = d.address, adapterPath = a.path
         _ = await waitUntil(.seconds(5)) { t in t.device(address, adapter: adapterPath) == nil }
