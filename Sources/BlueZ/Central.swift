@@ -127,14 +127,14 @@ public actor Central {
             lostBluetoothd(reason: "bluetoothd stopped")
         case .adapterAdded(let a):
             await resync()
-            discovery.adapterReset(a.address, resume: true)
+            discovery.adapterAppeared(a.address)
             await reconcile(a.address)
             restartKept(adapter: a.address)
         case .adapterRemoved(let a):
-            discovery.adapterReset(a.address, resume: false)
+            discovery.adapterGone(a.address)
         case .adapterChanged(let a, let changed):
             if changed.contains("powered") {
-                discovery.adapterReset(a.address, resume: a.powered)
+                discovery.adapterPowerChanged(a.address, on: a.powered)
                 if a.powered {
                     await reconcile(a.address)
                     restartKept(adapter: a.address)

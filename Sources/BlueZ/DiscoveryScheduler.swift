@@ -25,8 +25,8 @@ public struct DiscoveryFilter: Sendable, Hashable {
 /// When discovery runs on each adapter, and with which filter: a state machine without a
 /// bus. Its inputs are scans starting and stopping, connects beginning and ending (discovery
 /// is paused while one runs: scanning and connecting on one controller slow each other down
-/// and some controllers refuse to connect while scanning), and bluetoothd forgetting our
-/// discovery session. `plan` says what to call to get from what bluetoothd has to what the
+/// and some controllers refuse to connect while scanning), and the adapter or bluetoothd
+/// coming, going or being powered (each makes bluetoothd forget our discovery session). `plan` says what to call to get from what bluetoothd has to what the
 /// scans want; the caller makes the calls and reports each success back.
 public struct DiscoveryScheduler: Sendable {
     /// A call to make on one adapter's `Adapter1`.
@@ -85,10 +85,21 @@ public struct DiscoveryScheduler: Sendable {
         adapters[adapter]?.pauses = p - 1
     }
 
-    /// bluetoothd no longer has our discovery session or filter on `adapter` (it came back,
-    /// was powered off or on, or went): the next plan starts from nothing, and the scans
-    /// are reported resumed when discovery starts again (`resume`).
-    public mutating func adapterReset(_ adapter: BluetoothAddress, resume: Bool) {
+    /// The adapter appeared (bluetoothd came back, or the controller did): it has no session
+    /// of ours; its scans are resumed by the next plan.
+    public mutating func adapterAppeared(_ adapter: BluetoothAddress) { reset(adapter, resume: true) }
+
+    /// The adapter went: its session went with it (the scans stay, for when it is back).
+    public mutating func adapterGone(_ adapter: BluetoothAddress) { reset(adapter, resume: false) }
+
+    /// The adapter was powered on or off: bluetoothd drops discovery sessions and filters
+    /// either way; after power on, the scans are resumed by the next plan.
+    public mutating func adapterPowerChanged(_ adapter: BluetoothAddress, on: Bool) { reset(adapter, resume: on) }
+
+    /// bluetoothd no longer has our discovery session or filter on `adapter`: the next plan
+    /// starts from nothing, and with `resume` the scans running now are reported resumed
+    /// when discovery starts again.
+    private mutating func reset(_ adapter: BluetoothAddress, resume: Bool) {
         guard var s = adapters[adapter] else { return }
         s.discovering = false
         s.applied = nil
@@ -98,7 +109,7 @@ public struct DiscoveryScheduler: Sendable {
 
     /// bluetoothd went (or the bus connection did): every adapter's session is gone.
     public mutating func bluetoothdGone() {
-        for k in adapters.keys { adapterReset(k, resume: false) }
+        for k in adapters.keys { reset(k, resume: false) }
     }
 
     /// The adapter reports discovery off. True when that was not our doing (our session was

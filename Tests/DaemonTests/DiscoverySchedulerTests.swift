@@ -121,19 +121,19 @@ import Testing
         s.scanStarted("scan-2", adapter: Self.hci0, filter: Self.filter())
         Self.run(&s)
         // Powered off: bluetoothd drops our session and filter.
-        s.adapterReset(Self.hci0, resume: false)
+        s.adapterPowerChanged(Self.hci0, on: false)
         #expect(s.plan(for: Self.hci0, powered: false).isEmpty)
         // Powered on again: filter and start again, and both scans are reported resumed.
-        s.adapterReset(Self.hci0, resume: true)
+        s.adapterPowerChanged(Self.hci0, on: true)
         let (actions, resumed) = Self.run(&s)
         #expect(actions == [.setFilter(DiscoveryFilter(merging: [Self.filter(), Self.filter()])), .start])
         #expect(resumed == ["scan-1", "scan-2"])
-        // Once only.
-        s.adapterReset(Self.hci0, resume: false)
+        // Once only: the adapter going is no resume.
+        s.adapterGone(Self.hci0)
         #expect(Self.run(&s).resumed.isEmpty)
         // Only scans that were running when the session was lost are resumed: not one
         // started meanwhile, nor one stopped meanwhile.
-        s.adapterReset(Self.hci0, resume: true)
+        s.adapterAppeared(Self.hci0)
         s.scanStopped("scan-1")
         s.scanStarted("scan-3", adapter: Self.hci0, filter: Self.filter())
         #expect(Self.run(&s).resumed == ["scan-2"])
@@ -141,7 +141,7 @@ import Testing
         var idle = DiscoveryScheduler()
         idle.connectBegan(adapter: Self.hci1)
         idle.connectEnded(adapter: Self.hci1)
-        idle.adapterReset(Self.hci1, resume: true)
+        idle.adapterAppeared(Self.hci1)
         idle.scanStarted("scan-9", adapter: Self.hci1, filter: Self.filter())
         #expect(Self.run(&idle, Self.hci1).resumed.isEmpty)
     }
