@@ -49,7 +49,7 @@ extension Central {
 
     /// One characteristic of a connected device by UUID (and service UUID when ambiguous).
     func characteristic(_ selector: AdapterSelector?, _ address: BluetoothAddress, _ uuid: BluetoothUUID,
-                                service: BluetoothUUID?) async throws(CentralError) -> (AdapterInfo, RemoteDevice, RemoteAttribute) {
+                        service: BluetoothUUID?) async throws(CentralError) -> (AdapterInfo, RemoteDevice, RemoteAttribute) {
         let (a, d) = try await connectedDevice(selector, address)
         let found = table.characteristics(of: d.path, uuid: uuid, service: service)
         guard let c = found.first else {
