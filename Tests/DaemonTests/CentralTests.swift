@@ -315,7 +315,11 @@ final class FakeCentralBlueZ: Sendable {
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
         let (bus, fake, h) = try await start()
         defer { h.stop(); _ = bus }
+        let scanner = try RawClient(h.socketPath)
+        _ = try scanner.call("central.scan", [:])
         fake.addDevice("00:AA:01:09:00:04", name: "locked", uuids: [Self.hr], rssi: -50)
+        // Seen by the daemon (its object table has the device) before anything is asked of it.
+        _ = try scanner.nextEvent("central.discovered")
         // Not connected yet: the daemon's text names the command to run.
         do {
             _ = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
