@@ -66,7 +66,7 @@ extension Central {
                     if await waitUntil(limit, isResolved) { return }
                     guard let d = table.device(address, adapter: a.path), d.connected else { continue }
                     // Connected without services: drop the link and try again.
-                    connector.note("connected but the services were not resolved")
+                    connector.connectedWithoutServices()
                     logger.info("services not resolved; reconnecting", ["device": address.description])
                     await dropLink(d, key, s)
                 case .attempt(let attempt, let linkWait):
@@ -126,11 +126,10 @@ extension Central {
             if let r = outcome.result, case .failure(let e) = r { return BlueZCallError(e) }
             return nil
         }
-        if await waitUntil(linkWait, { t in outcome.isSet || isConnected(t) }) == false, connector.hasTimeToRetry(now: .now) {
+        if await waitUntil(linkWait, { t in outcome.isSet || isConnected(t) }) == false, connector.noLink(now: .now) {
             // No link and no answer: bluetoothd 5.66 can lose a Connect when its ATT
             // connect and the kernel's Device Connected event race (it logs "is already
             // connected" and never answers). Cancel it and try again.
-            connector.note("no connection within \(Connector.linkLimit.secondsText)")
             logger.info("no connection yet; cancelling and retrying", ["device": address.description, "attempt": "\(attempt)"])
             if let d = table.device(address, adapter: a.path) {
                 try? await Device1(s.connection, d.path).disconnect(timeout: .seconds(5))
@@ -142,8 +141,7 @@ extension Central {
         if isConnected(table), !isResolved(table) {
             let limit = connector.resolveWait(now: .now)
             if await waitUntil(limit, { t in isResolved(t) || (outcome.isSet && !isConnected(t)) }) == false,
-               let d = table.device(address, adapter: a.path), d.connected, connector.hasTimeToRetry(now: .now) {
-                connector.note("connected but the services were not resolved within \(Connector.resolveLimit.secondsText)")
+               let d = table.device(address, adapter: a.path), d.connected, connector.servicesStalled(now: .now) {
                 logger.info("services not resolved; reconnecting", ["device": address.description, "attempt": "\(attempt)"])
                 await dropLink(d, key, s)
                 return .retryNow
@@ -159,7 +157,7 @@ extension Central {
                         ["device": address.description, "attempt": "\(attempt)"])
             await resync()
             if !isConnected(table) {
-                connector.note("BlueZ answered Connect but the device did not connect")
+                connector.answeredWithoutLink()
                 try? await Task.sleep(for: .milliseconds(500))
             }
         }

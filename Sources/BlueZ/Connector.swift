@@ -131,9 +131,33 @@ public struct Connector: Sendable {
     /// Whether there is time left to drop a stalled link (or cancel a stalled attempt) and try again.
     public func hasTimeToRetry(now: ContinuousClock.Instant) -> Bool { deadline - now > Self.noTimeToRetry }
 
-    /// Records a failure that the caller recovers from itself (a stalled attempt it cancels,
-    /// a link without services it drops); the next `next` decides again.
-    public mutating func note(_ why: String) { lastError = why }
+    /// The attempt brought neither a link nor an answer within its link wait. True: cancel
+    /// it and make it again (bluetoothd 5.66 can lose a Connect and never answer). False
+    /// when too little time is left to try again: wait for its answer as it is.
+    public mutating func noLink(now: ContinuousClock.Instant) -> Bool {
+        guard hasTimeToRetry(now: now) else { return false }
+        lastError = "no connection within \(Self.text(Self.linkLimit))"
+        return true
+    }
+
+    /// The attempt's link came up but its services did not resolve within `resolveWait`.
+    /// True: drop the link and try again (GATT discovery can stall on a live link). False
+    /// when too little time is left.
+    public mutating func servicesStalled(now: ContinuousClock.Instant) -> Bool {
+        guard hasTimeToRetry(now: now) else { return false }
+        lastError = "connected but the services were not resolved within \(Self.text(Self.resolveLimit))"
+        return true
+    }
+
+    /// A link found connected (`awaitServices`) did not resolve its services: the caller
+    /// drops it, and the next `next` attempts again.
+    public mutating func connectedWithoutServices() { lastError = "connected but the services were not resolved" }
+
+    /// BlueZ answered the attempt but no link showed, even after reading its objects again.
+    public mutating func answeredWithoutLink() { lastError = "BlueZ answered Connect but the device did not connect" }
+
+    /// "12 s" (whole seconds: the limits are).
+    private static func text(_ d: Duration) -> String { "\(d.components.seconds) s" }
 
     /// The attempt's call failed: what now.
     public mutating func failed(_ e: BlueZCallError) -> Step {

@@ -44,7 +44,7 @@ import Testing
         #expect(c.attempts == 0)
         #expect(step(&c, .resolved, now: t0 + .seconds(26)) == .done)
         // A link without services the caller drops: noted, then a new attempt.
-        c.note("connected but the services were not resolved")
+        c.connectedWithoutServices()
         #expect(step(&c, .down, now: t0 + .seconds(27)) == .attempt(1, linkWait: .seconds(3)))
         #expect(c.lastError == "connected but the services were not resolved")
         #expect(c.resolveWait(now: t0) == Connector.resolveLimit)
@@ -68,6 +68,28 @@ import Testing
         #expect(fail(&c, refused) == .fail(.refused(refused)))
         #expect(fail(&c, e("org.bluez.Error.NotAvailable", "Operation currently not available")) == .fail(.refused(e("org.bluez.Error.NotAvailable", "Operation currently not available"))))
         #expect(fail(&c, BlueZCallError(CancellationError())) == .fail(.cancelled))
+    }
+
+    @Test func stalledAttemptsAreMadeAgainWhileThereIsTime() {
+        let t0 = ContinuousClock.now
+        var c = Connector(deadline: t0 + .seconds(30))
+        _ = c.next(link: .down, now: t0)
+        // No link, no answer: cancel and try again, with the reason kept for the timeout error.
+        let cancel = c.noLink(now: t0 + .seconds(12))
+        #expect(cancel)
+        #expect(c.lastError == "no connection within 12 s")
+        #expect(step(&c, .down, now: t0 + .seconds(15)) == .attempt(2, linkWait: .seconds(12)))
+        // A link whose services stall: drop it and try again.
+        let drop = c.servicesStalled(now: t0 + .seconds(20))
+        #expect(drop)
+        #expect(c.lastError == "connected but the services were not resolved within 15 s")
+        c.answeredWithoutLink()
+        #expect(c.lastError == "BlueZ answered Connect but the device did not connect")
+        // Too close to the deadline: neither is retried, the attempt's own answer decides.
+        var late = Connector(deadline: t0 + .seconds(1))
+        let lateCancel = late.noLink(now: t0 + .milliseconds(600)), lateDrop = late.servicesStalled(now: t0 + .milliseconds(600))
+        #expect(!lateCancel && !lateDrop)
+        #expect(late.lastError == nil)
     }
 
     @Test func theLinkWaitIsBoundedBothWays() {
