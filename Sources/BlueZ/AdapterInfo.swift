@@ -98,33 +98,3 @@ public enum BlueZEvent: Sendable, Hashable {
     /// Some of an adapter's properties changed (field names as in `AdapterInfo.apply`).
     case adapterChanged(AdapterInfo, changed: [String])
 }
-
-/// Why a BlueZ operation failed.
-public enum BlueZError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// `bluetoothd` is not on the bus, or the bus is not connected.
-    case unavailable(String)
-    /// No adapter matches the selector.
-    case adapterNotFound(AdapterSelector, known: [String])
-    /// No adapter at all.
-    case noAdapters
-    /// The adapter is blocked by rfkill.
-    case blocked(AdapterInfo)
-    /// A state was not reached in time.
-    case timeout(String)
-    /// BlueZ answered with an error.
-    case bus(BusError)
-
-    /// A sentence for users.
-    public var description: String {
-        switch self {
-        case .unavailable(let why): "Bluetooth is unavailable: \(why)"
-        case .adapterNotFound(let s, let known):
-            "no adapter \(s); adapters present: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
-        case .noAdapters: "no Bluetooth adapter is present"
-        case .blocked(let a):
-            "adapter \(a.name) (\(a.address)) is blocked by rfkill (power state \(a.powerState)); unblock it with 'rfkill unblock bluetooth'"
-        case .timeout(let what): "timed out: \(what)"
-        case .bus(let e): "BlueZ error \(e.name): \(e.message)"
-        }
-    }
-}

@@ -196,18 +196,14 @@ public actor BlueZClient {
         if on, a.powerState == "off-blocked" { throw .blocked(a) }
         if a.powered == on, a.powerState == (on ? "on" : "off") { return a }
         do {
-            try await bus.setRemoteProperty(destination: BlueZNames.service, path: a.path, interface: BlueZNames.adapter,
-                                            name: "Powered", value: .boolean(on), timeout: timeout)
-        } catch let e as BusError {
-            // bluetoothd answers org.bluez.Error.Blocked (or Failed "Blocked through rfkill") under rfkill.
-            if e.shortName == "Blocked" || e.message.localizedCaseInsensitiveContains("rfkill") {
-                throw .blocked((try? adapter(.address(a.address))) ?? a)
-            }
-            if e.name == BusError.noReply { throw .timeout("adapter \(a.name) did not answer a power change within \(timeout)") }
-            if e.isServiceGone { throw .unavailable("bluetoothd went away") }
-            throw .bus(e)
+            try await Adapter1(bus, a.path).setPowered(on, timeout: timeout)
         } catch {
-            throw .bus(BusError(name: BusError.failed, message: "\(error)"))
+            if error.isRFKillBlock { throw .blocked((try? adapter(.address(a.address))) ?? a) }
+            switch error.kind {
+            case .noReply: throw .timeout("adapter \(a.name) did not answer a power change within \(timeout)")
+            case .serviceGone: throw .unavailable("bluetoothd went away")
+            default: throw .bus(error)
+            }
         }
         do {
             return try await waitFor(a.address, timeout: timeout) { $0.powered == on && $0.powerState == (on ? "on" : "off") }

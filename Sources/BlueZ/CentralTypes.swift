@@ -25,7 +25,8 @@ public enum CentralEvent: Sendable {
     case subscriptionEnded(subscription: String, owner: UInt64, device: BluetoothAddress, characteristic: BluetoothUUID, reason: String, count: UInt64, dropped: UInt64)
 }
 
-/// Why a central operation failed.
+/// Why a central operation failed. The cases say what is wrong; the daemon adds how the
+/// user fixes it (which command to run), so no wording of its CLI lives here.
 public enum CentralError: Error, Sendable, CustomStringConvertible {
     /// bluetoothd or the adapter.
     case bluez(BlueZError)
@@ -35,12 +36,22 @@ public enum CentralError: Error, Sendable, CustomStringConvertible {
     case invalidState(String)
     /// Not done within the time given.
     case timeout(String)
-    /// BlueZ refused: the operation and BlueZ's error (ATT errors come as org.bluez.Error.*).
-    case refused(String, BusError)
+    /// BlueZ refused: the operation and BlueZ's error (its kind, and the ATT code of a
+    /// failed GATT request when BlueZ gave one).
+    case refused(String, BlueZCallError)
     /// Not supported by this BlueZ or characteristic.
     case notSupported(String)
     /// A bad argument found only once the device is known (value too long for the MTU, ...).
     case invalid(String, String)
+    /// The adapter is powered off.
+    case adapterOff(AdapterInfo)
+    /// The device is known but not connected.
+    case notConnected(BluetoothAddress)
+    /// A refresh of the services of a paired device was asked for: removing the device
+    /// from BlueZ to drop its cache would remove its bond too.
+    case refreshWouldUnpair(BluetoothAddress)
+    /// The connected device has no such characteristic (in that service, when one was given).
+    case characteristicNotFound(BluetoothUUID, service: BluetoothUUID?, device: BluetoothAddress)
 
     /// A sentence for users.
     public var description: String {
@@ -49,9 +60,27 @@ public enum CentralError: Error, Sendable, CustomStringConvertible {
         case .notFound(let what): "not found: \(what)"
         case .invalidState(let what): what
         case .timeout(let what): "timed out: \(what)"
-        case .refused(let what, let e): "\(what) failed: \(e.name): \(e.message)"
+        case .refused(let what, let e): "\(what) failed: \(e.description)"
         case .notSupported(let what): "not supported: \(what)"
         case .invalid(let param, let why): "\(param): \(why)"
+        case .adapterOff(let a): "adapter \(a.name) (\(a.address)) is powered off"
+        case .notConnected(let d): "device \(d) is not connected"
+        case .refreshWouldUnpair(let d): "\(d) is paired: a refresh would remove its bond"
+        case .characteristicNotFound(let u, let s, let d):
+            "not found: characteristic \(u.uuidString)\(s.map { " in service \($0.uuidString)" } ?? "") on \(d)"
+        }
+    }
+
+    /// A failed connect as the central reports it.
+    public static func connectFailure(_ f: Connector.Failure, device: BluetoothAddress, adapter: String, timeout: Duration) -> CentralError {
+        switch f {
+        case .timedOut(let attempts, let last):
+            .timeout("could not connect to \(device) on \(adapter) within \(timeout.secondsText) (\(attempts) attempt\(attempts == 1 ? "" : "s")\(last.map { "; last: \($0)" } ?? ""))")
+        case .refused(let e): .refused("connecting to \(device)", e)
+        case .unknownDevice:
+            .notFound("device \(device) is not known to BlueZ on \(adapter); scan for it first (connecting to an unseen address needs ConnectDevice, bluetoothd --experimental)")
+        case .bluetoothdGone: .bluez(.unavailable("bluetoothd went away"))
+        case .cancelled: .invalidState("cancelled")
         }
     }
 }
@@ -102,16 +131,4 @@ public struct SubscriptionInfo: Sendable {
     /// With `stream`: the client's end of the packet socket the values go to (the caller
     /// passes it on and closes it).
     public var streamFD: Int32? = nil
-}
-
-/// Classifies BlueZ errors of Connect that a retry can fix (docs/reference-flows.md U2).
-public enum ConnectErrors {
-    /// Whether a failed Connect/ConnectDevice is worth another attempt.
-    public static func isTransient(_ e: BusError) -> Bool {
-        if e.shortName == "InProgress" || e.shortName == "NotReady" { return true }
-        let m = e.message.lowercased()
-        return ["le-connection-abort-by-local", "software caused connection abort", "connection-aborted",
-                "br-connection-canceled", "le-connection-canceled", "connection refused", "timed out", "timeout",
-                "resource temporarily unavailable", "busy", "page-timeout", "connection-timeout"].contains { m.contains($0) }
-    }
 }

@@ -52,15 +52,16 @@ public struct ScanFilter: Sendable, Hashable {
     /// The discovery filter for bluetoothd that lets through everything any of `filters`
     /// wants (LE only, duplicates on: duplicate suppression is done per scan here).
     public static func discoveryFilter(merging filters: [ScanFilter]) -> [String: DBusValue] {
+        DiscoveryFilter(merging: filters).properties
+    }
+}
+
+extension DiscoveryFilter {
+    /// `SetDiscoveryFilter`'s map.
+    public var properties: [String: DBusValue] {
         var f: [String: DBusValue] = ["Transport": .string("le"), "DuplicateData": .boolean(true)]
-        // A UUID filter only when every scan has one: otherwise a scan for anything would miss devices.
-        if !filters.isEmpty, filters.allSatisfy({ !$0.services.isEmpty }) {
-            let all = Array(Set(filters.flatMap(\.services))).sorted()
-            f["UUIDs"] = .stringArray(all.map(\.uuidString))
-        }
-        if !filters.isEmpty, filters.allSatisfy({ $0.minimumRSSI != nil }) {
-            f["RSSI"] = .int16(Int16(clamping: filters.compactMap(\.minimumRSSI).min()!))
-        }
+        if let uuids { f["UUIDs"] = .stringArray(uuids.map(\.uuidString)) }
+        if let rssi { f["RSSI"] = .int16(Int16(clamping: rssi)) }
         return f
     }
 }

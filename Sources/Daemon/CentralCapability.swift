@@ -191,15 +191,36 @@ final class CentralCapability: DaemonCapability {
 extension CentralError: RPCErrorConvertible {
     /// Case by case: how each central failure reads on the control socket.
     var rpcError: RPCError {
+        let text = CentralCapability.message(self)
         switch self {
-        case .bluez(let b): b.rpcError
-        case .notFound: RPCError(code: RPCErrorCode.notFound, message: description, data: ["kind": "not-found"])
-        case .invalidState: RPCError(code: RPCErrorCode.invalidState, message: description, data: ["kind": "invalid-state"])
-        case .timeout: RPCError(code: RPCErrorCode.timeout, message: description, data: ["kind": "timeout"])
+        case .bluez(let b): return b.rpcError
+        case .notFound, .characteristicNotFound: return RPCError(code: RPCErrorCode.notFound, message: text, data: ["kind": "not-found"])
+        case .invalidState, .adapterOff, .notConnected, .refreshWouldUnpair:
+            return RPCError(code: RPCErrorCode.invalidState, message: text, data: ["kind": "invalid-state"])
+        case .timeout: return RPCError(code: RPCErrorCode.timeout, message: text, data: ["kind": "timeout"])
         case .refused(_, let b):
-            RPCError(code: RPCErrorCode.dbusError, message: description, data: ["kind": "bluez-error", "name": .string(b.name), "message": .string(b.message)])
-        case .notSupported: RPCError(code: RPCErrorCode.notSupported, message: description, data: ["kind": "not-supported"])
-        case .invalid(let param, let why): RPCError.invalidParams(param, why)
+            var data: [String: JSONValue] = ["kind": "bluez-error", "name": .string(b.name), "message": .string(b.message)]
+            if let att = b.att {
+                data["att_error"] = .int(Int64(att.rawValue))
+                data["att_name"] = .string(att.name)
+            }
+            return RPCError(code: RPCErrorCode.dbusError, message: text, data: .object(data))
+        case .notSupported: return RPCError(code: RPCErrorCode.notSupported, message: text, data: ["kind": "not-supported"])
+        case .invalid(let param, let why): return RPCError.invalidParams(param, why)
+        }
+    }
+}
+
+extension CentralCapability {
+    /// The error's sentence for the user: BlueZ's description, and for the errors the user
+    /// fixes with a `peerlink` command, which one (BlueZ itself names no CLI command).
+    static func message(_ e: CentralError) -> String {
+        switch e {
+        case .adapterOff(let a): "\(e.description); turn it on with 'peerlink adapter power on --adapter \(a.name)'"
+        case .notConnected(let d): "\(e.description); connect first ('peerlink connect \(d)')"
+        case .refreshWouldUnpair: "\(e.description); use 'peerlink forget' and pair again to rebuild the cache"
+        case .characteristicNotFound(_, _, let d): "\(e.description) (see 'peerlink services \(d)')"
+        default: e.description
         }
     }
 }

@@ -18,6 +18,8 @@ final class FakeCentralBlueZ: Sendable {
         var connectFailures: [String: Int] = [:]
         var filters: [[String: DBusValue]] = []
         var notifyEnd: Int32 = -1
+        /// When set, ReadValue answers this error (as bluetoothd does for a failed ATT read).
+        var readFailure: BusError?
     }
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
@@ -114,6 +116,7 @@ final class FakeCentralBlueZ: Sendable {
             MethodSpec("ReadValue", inputs: [("options", "a{sv}")], outputs: [("value", "ay")]) { call, reply in
                 let offset = Int(call.arguments[0].stringKeyedMap?["offset"]?.integer ?? 0)
                 record("ReadValue offset=\(offset)")
+                if let e = box.state.withLock({ $0.readFailure }) { return reply.fail(e) }
                 reply.succeed([.bytes(Array(Array("heart".utf8).dropFirst(offset)))])
             },
             MethodSpec("WriteValue", inputs: [("value", "ay"), ("options", "a{sv}")]) { call, reply in
@@ -307,6 +310,41 @@ final class FakeCentralBlueZ: Sendable {
         _ = try h.call("central.disconnect", ["address": "00:AA:01:09:00:03"])
         let d = try watcher.nextEvent("central.disconnected")
         #expect(d["data"]?["reason"] == "local" && d["data"]?["will_reconnect"] == false)
+    }
+
+    @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        let scanner = try RawClient(h.socketPath)
+        _ = try scanner.call("central.scan", [:])
+        fake.addDevice("00:AA:01:09:00:04", name: "locked", uuids: [Self.hr], rssi: -50)
+        // Seen by the daemon (its object table has the device) before anything is asked of it.
+        _ = try scanner.nextEvent("central.discovered")
+        // Not connected yet: the daemon's text names the command to run.
+        do {
+            _ = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
+            Issue.record("a read from a device that is not connected must be refused")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.invalidState)
+            #expect(e.message == "device 00:AA:01:09:00:04 is not connected; connect first ('peerlink connect 00:AA:01:09:00:04')")
+        }
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:04", "timeout": 10])
+        // What a new user meets reading an encrypt-read characteristic whose peripheral's agent refuses pairing.
+        fake.box.state.withLock { $0.readFailure = BusError(name: "org.bluez.Error.Failed", message: "Operation failed with ATT error: 0x0e") }
+        do {
+            _ = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
+            Issue.record("the read must fail")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.dbusError)
+            #expect(e.message.hasSuffix("failed: org.bluez.Error.Failed: Operation failed with ATT error: 0x0e (Unlikely Error (0x0e): pairing was refused or is needed)"), "\(e.message)")
+            #expect(e.data?["kind"] == "bluez-error" && e.data?["att_error"] == 14 && e.data?["att_name"] == "Unlikely Error")
+        }
+        do {
+            _ = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a99"])
+            Issue.record("an unknown characteristic must be refused")
+        } catch let e as RPCError {
+            #expect(e.message == "not found: characteristic 00002a99-0000-1000-8000-00805f9b34fb on 00:AA:01:09:00:04 (see 'peerlink services 00:AA:01:09:00:04')")
+        }
     }
 }
 
