@@ -29,7 +29,7 @@ import Testing
         Row(error: BlueZError.blocked(adapter), code: -32003,
             message: "adapter hci0 (00:AA:01:00:00:00) is blocked by rfkill (power state off-blocked); unblock it with 'rfkill unblock bluetooth'", kind: "rfkill-blocked"),
         Row(error: BlueZError.timeout("powering hci0"), code: -32004, message: "timed out: powering hci0", kind: "timeout"),
-        Row(error: BlueZError.bus(bus), code: -32005, message: "BlueZ error org.bluez.Error.Failed: boom", kind: "dbus-error"),
+        Row(error: BlueZError.bus(BlueZCallError(bus)), code: -32005, message: "BlueZ error org.bluez.Error.Failed: boom", kind: "dbus-error"),
     ] }
 
     static var gatt: [Row] { [
@@ -55,7 +55,7 @@ import Testing
         Row(error: CentralError.notFound("device 00:AA:01:01:00:01"), code: -32009, message: "not found: device 00:AA:01:01:00:01", kind: "not-found"),
         Row(error: CentralError.invalidState("00:AA:01:01:00:01 is not connected"), code: -32008, message: "00:AA:01:01:00:01 is not connected", kind: "invalid-state"),
         Row(error: CentralError.timeout("connecting"), code: -32004, message: "timed out: connecting", kind: "timeout"),
-        Row(error: CentralError.refused("reading 2a37", BusError(name: "org.bluez.Error.NotPermitted", message: "Read not permitted")), code: -32005,
+        Row(error: CentralError.refused("reading 2a37", BlueZCallError(BusError(name: "org.bluez.Error.NotPermitted", message: "Read not permitted"))), code: -32005,
             message: "reading 2a37 failed: org.bluez.Error.NotPermitted: Read not permitted", kind: "bluez-error"),
         Row(error: CentralError.notSupported("indications"), code: -32007, message: "not supported: indications", kind: "not-supported"),
         Row(error: CentralError.invalid("value", "longer than MTU-3 (20)"), code: -32602, message: "invalid params: value: longer than MTU-3 (20)", kind: nil),
@@ -111,7 +111,7 @@ import Testing
 
     @Test func detailsForPrograms() {
         #expect(BlueZError.adapterNotFound(AdapterSelector("hci3")!, known: ["hci0"]).rpcError.data?["known"] == ["hci0"])
-        #expect(BlueZError.bus(Self.bus).rpcError.data?["name"] == "org.bluez.Error.Failed")
+        #expect(BlueZError.bus(BlueZCallError(Self.bus)).rpcError.data?["name"] == "org.bluez.Error.Failed")
         #expect(GattNotifyError.interrupted(sent: 2, of: 5, reason: "x").rpcError.data?["sent"] == 2)
         #expect(DNSSDError.avahi(operation: "publish", code: -8, message: "m").rpcError.data?["avahi_error"] == -8)
         #expect(DNSSDError.notFound(kind: "browse", id: "b1").rpcError.data == ["kind": "not-found", "what": "browse", "id": "b1"])
