@@ -14,7 +14,8 @@ public actor BlueZClient {
     public nonisolated let bus: BusConnection
     private let logger: Logger
     private let onEvent: @Sendable (BlueZEvent) -> Void
-    private nonisolated let listeners = Mutex<[@Sendable (BlueZEvent) -> Void]>([])
+    /// Every consumer's ordered stream of events (`events()`, `follow(_:)`).
+    private nonisolated let fanOut = EventFanOut<BlueZEvent>()
     private var owner: String?
     private var adapters: [BluetoothAddress: AdapterInfo] = [:]
     private var waiters: [UUID: Waiter] = [:]
@@ -50,14 +51,14 @@ public actor BlueZClient {
         let available = owner != nil
         snapshot.withLock { $0 = (available, list) }
         onEvent(event)
-        for l in listeners.withLock({ $0 }) { l(event) }
+        fanOut.yield(event)
     }
 
-    /// Adds a listener for every later event (called in order, on the actor: keep it short,
-    /// hand work to a task). Capabilities use this to re-register with a restarted bluetoothd.
-    public nonisolated func addListener(_ listener: @escaping @Sendable (BlueZEvent) -> Void) {
-        listeners.withLock { $0.append(listener) }
-    }
+    /// Every event emitted after this call returns, in order, until this client stops
+    /// following BlueZ (`run()` returns) or the reading task is cancelled. Each consumer takes
+    /// its own stream and reads it from one loop (see `follow(_:)`): capabilities use it to
+    /// register again with a restarted bluetoothd.
+    public nonisolated func events() -> AsyncStream<BlueZEvent> { fanOut.subscribe() }
 
     /// All adapters, ordered by name.
     public var adapterList: [AdapterInfo] { adapters.values.sorted { ($0.name.count, $0.name) < ($1.name.count, $1.name) } }

@@ -70,6 +70,8 @@ public final class PairingAgent: Sendable {
     public static let path: ObjectPath = "/org/peerlink/agent"
     private let state = Mutex<(policy: AgentPolicy, pending: [String: CheckedContinuation<Bool, Never>], next: Int)>((.justWorks, [:], 1))
     private let connection = Mutex<BusConnection?>(nil)
+    /// The loop applying the session's BlueZ events in order (replaced on attach, ends on detach).
+    private let events = Mutex<Task<Void, Never>?>(nil)
     private let logger: Logger
     private let timeout: Duration
     private let onRequest: @Sendable (AgentRequest) -> Void
@@ -106,13 +108,24 @@ public final class PairingAgent: Sendable {
     public func attach(_ c: BusConnection, bluez: BlueZClient) async {
         connection.withLock { $0 = c }
         try? c.export(Self.path, interfaces: [interface], values: [:])
-        bluez.addListener { [weak self] e in
-            if case .available = e, let self { Task { try? await self.register(on: c) } }
+        let loop = bluez.follow { [weak self] e in
+            if case .available = e, let self { try? await self.register(on: c) }
         }
+        // Cancelled outside the lock: a cancel runs the stream's termination at once.
+        events.withLock { e in
+            defer { e = loop }
+            return e
+        }?.cancel()
     }
 
     /// The connection is gone.
-    public func detach() { connection.withLock { $0 = nil } }
+    public func detach() {
+        connection.withLock { $0 = nil }
+        events.withLock { e in
+            defer { e = nil }
+            return e
+        }?.cancel()
+    }
 
     /// RegisterAgent + RequestDefaultAgent (after UnregisterAgent, to change the capability).
     func register(on c: BusConnection) async throws {
