@@ -78,17 +78,22 @@ public actor BlueZClient {
 
     // MARK: Following BlueZ
 
-    /// Follows BlueZ until cancelled (or the bus connection is lost, which throws).
+    /// Follows BlueZ until cancelled (or the bus connection is lost, which throws). The
+    /// streams of `events()` end when it returns.
     public func run() async throws {
-        // One rule for every signal from bluetoothd keeps them in the order it sent them.
-        let signals = try await bus.signals(MatchRule(sender: BlueZNames.service))
-        let owners = try await bus.watchNameOwner(BlueZNames.service)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { for await o in owners { await self.ownerChanged(o) } }
-            group.addTask { for await m in signals { await self.handle(m) } }
-            // Both streams end when the connection is lost.
-            try await group.next()
-            group.cancelAll()
+        defer { fanOut.finish() }
+        // One rule for every signal from bluetoothd keeps them in the order it sent them, and
+        // its owner changes come in the same stream, in the order the bus sent them. One loop
+        // applies each before taking the next; an owner change awaits its GetManagedObjects.
+        // With owners and signals in two loops, a signal could be applied before the owner
+        // change that preceded it (an adapter of a bluetoothd not yet "available", or of one
+        // that left), and one applied while a resync waited was then undone by that older
+        // snapshot. Signals that arrive during a resync are applied after it, in order, so
+        // the table ends in bluetoothd's state whatever the snapshot already held.
+        let messages = try await bus.signals(MatchRule(sender: BlueZNames.service), followingOwner: true)
+        // The stream ends when the connection is lost, or when this task is cancelled.
+        for await m in messages {
+            if let change = m.ownerChange { await ownerChanged(change.owner) } else { handle(m) }
         }
         if !bus.isConnected {
             await ownerChanged(nil)
@@ -115,8 +120,9 @@ public actor BlueZClient {
         await resync()
     }
 
-    /// Reads every adapter again with GetManagedObjects and reports the differences.
-    public func resync() async {
+    /// Reads every adapter again with GetManagedObjects and reports the differences. Only
+    /// from `run()`'s loop: a signal applied while it waits would be undone by its snapshot.
+    private func resync() async {
         guard owner != nil else { return }
         let objects: ManagedObjects
         do {

@@ -121,6 +121,43 @@ actor AdapterMirror {
         _ = fake
     }
 
+    /// bluetoothd restarting again and again, each time announcing an adapter as soon as it has
+    /// the name: the client applies the owner change and the signals from one input, so a
+    /// consumer sees the old adapter go, bluetoothd go and come back, and only then the new
+    /// adapter. With owner changes and signals in two loops the adapter came first (the
+    /// signal overtook the owner change) and was reported while bluetoothd was "unavailable".
+    ///
+    /// Two fakes take turns with the name instead of a new connection per restart: a request
+    /// right after connecting, as a just-closed owner is dropped, went unanswered for 25 s about
+    /// once in a few hundred restarts (the lab restarts the real bluetoothd).
+    @Test func bluetoothdRestartsAreAppliedInOrder() async throws {
+        let bus = try PrivateBus()
+        let fakes = [try await FakeBlueZ(busAddress: bus.address, adapters: [.init(name: "hci1", address: Self.a1)]),
+                     try await FakeBlueZ(busAddress: bus.address, adapters: [], claimName: false)]
+        let connection = try await BusConnection.connect(.address(bus.address), label: "peerlinkd")
+        defer { connection.close() }
+        let client = BlueZClient(bus: connection, logger: Logger(label: "test", level: .error, handler: MemoryLogHandler())) { _ in }
+        let mirror = AdapterMirror(connection)
+        let loop = client.follow { await mirror.apply($0) }
+        defer { loop.cancel() }
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        var expected = ["available", "added hci1 powered=true"]
+        try await mirror.waitForCount(expected.count)
+        for i in 0..<20 {
+            let (old, new) = (fakes[i % 2], fakes[(i + 1) % 2])
+            try await old.releaseName()
+            old.remove("hci1")  // no longer the owner: nobody follows it
+            #expect(try await new.connection.requestName("org.bluez"))
+            try new.add(.init(name: "hci1", address: Self.a1))
+            expected += ["removed hci1", "unavailable", "available", "added hci1 powered=true"]
+        }
+        try await mirror.waitForCount(expected.count)
+        #expect(await mirror.applied == expected)
+        #expect(await mirror.powered == ["hci1": true])
+        #expect(client.availableNow && client.adaptersNow.map(\.name) == ["hci1"])
+    }
+
     /// The ordered-delivery primitive alone: every subscriber sees every event in order; a
     /// stream whose reader is cancelled (a consumer's detach) or that is dropped unsubscribes;
     /// `finish()` (the client stopped following BlueZ) ends every stream, and later ones at once.
@@ -145,5 +182,13 @@ actor AdapterMirror {
         var late = fan.subscribe().makeAsyncIterator()
         let first = await late.next()
         #expect(first == nil)
+    }
+}
+
+extension FakeBlueZ {
+    /// Gives up the name `org.bluez`: the daemon sees bluetoothd leave (its connection stays).
+    func releaseName() async throws {
+        _ = try await connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                                      member: "ReleaseName", [.string("org.bluez")])
     }
 }
