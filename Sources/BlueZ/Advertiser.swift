@@ -9,7 +9,7 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
     case bluez(BlueZError)
     /// The payload does not fit (the message says how many bytes it needs and how many fit).
     case tooLarge(String)
-    /// Every advertising instance of the controller is in use.
+    /// Every advertising instance of the controller is in use (`active` run on `adapter`).
     case noInstances(active: Int, adapter: String)
     /// BlueZ refused it.
     case refused(String)
@@ -22,7 +22,7 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
         case .bluez(let e): e.description
         case .tooLarge(let why): "the advertisement does not fit: \(why)"
         case .noInstances(let active, let a):
-            "maximum advertisements reached on \(a): \(active) running, no instance left; stop one first (peerlink advertise list / stop)"
+            "maximum advertisements reached on \(a): \(active) running, no instance left"
         case .refused(let why): "bluetoothd refused the advertisement: \(why)"
         case .unknown(let id): "no advertisement \(id)"
         }

@@ -110,7 +110,9 @@ final class AdvertiseCapability: DaemonCapability {
         switch e {
         case .bluez(let b): PeerlinkDaemon.rpc(b)
         case .tooLarge: RPCError(code: RPCErrorCode.invalidParams, message: e.description, data: ["kind": "too-large"])
-        case .noInstances: RPCError(code: RPCErrorCode.busy, message: e.description, data: ["kind": "no-instances"])
+        // What to do about it is the daemon's to say: BlueZ knows no peerlink commands.
+        case .noInstances: RPCError(code: RPCErrorCode.busy, message: e.description + "; stop one first (peerlink advertise list / stop)",
+                                    data: ["kind": "no-instances"])
         case .refused: RPCError(code: RPCErrorCode.dbusError, message: e.description, data: ["kind": "refused"])
         case .unknown: RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: id: \(e.description)", data: ["kind": "unknown-advertisement"])
         }

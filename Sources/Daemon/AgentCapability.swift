@@ -28,12 +28,13 @@ final class AgentCapability: DaemonCapability {
         let answerWithin = timeout
         let a = PairingAgent(policy: policy, timeout: .milliseconds(Int(timeout * 1000)), logger: ctx.logger.child("agent"), onRequest: { r in
             ctx.publish(topic: "agent.request", data: [
-                "id": .string(r.id), "kind": .string(r.kind), "device": r.device.map { .string($0.description) } ?? .null,
+                "id": .string(r.id), "kind": .string(Self.name(r.kind)), "device": r.device.map { .string($0.description) } ?? .null,
                 "passkey": r.passkey.map { .string(String(format: "%06u", $0)) } ?? .null, "service": r.service.map { .string($0) } ?? .null,
                 "timeout_seconds": .double(answerWithin),
             ])
-        }, onEvent: { topic, fields in
-            ctx.publish(topic: topic, data: .object(fields.mapValues { $0.isEmpty ? .null : .string($0) }))
+        }, onEvent: { e in
+            let (topic, data) = Self.event(e)
+            ctx.publish(topic: topic, data: data)
         })
         agent.withLock { $0 = a }
 
@@ -62,4 +63,29 @@ final class AgentCapability: DaemonCapability {
 
     func attach(_ session: BusSession) async { await agent.withLock { $0 }?.attach(session.connection, bluez: session.bluez) }
     func detach() async { agent.withLock { $0 }?.detach() }
+
+    /// A question's name in the protocol (`kind` of `agent.request`, topic `agent.<name>`).
+    static func name(_ q: AgentQuestion) -> String {
+        switch q {
+        case .confirm: "confirm"
+        case .authorize: "authorize"
+        case .authorizeService: "authorize-service"
+        }
+    }
+
+    /// An agent event as its topic and data; an unknown device or an empty value is null.
+    static func event(_ e: AgentEvent) -> (topic: String, data: JSONValue) {
+        func device(_ d: BluetoothAddress?) -> JSONValue { d.map { .string($0.description) } ?? .null }
+        func passkey(_ p: UInt32) -> JSONValue { .string(String(format: "%06u", p)) }
+        switch e {
+        case .asked(let q, let d, let p):
+            return ("agent.\(name(q))", ["device": device(d), "passkey": p.map(passkey) ?? .null])
+        case .displayPinCode(let d, let pin):
+            return ("agent.display", ["device": device(d), "pincode": pin.isEmpty ? .null : .string(pin)])
+        case .displayPasskey(let d, let p):
+            return ("agent.display", ["device": device(d), "passkey": passkey(p)])
+        case .canceled:
+            return ("agent.canceled", [:])
+        }
+    }
 }
