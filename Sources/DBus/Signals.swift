@@ -198,7 +198,9 @@ extension BusConnection {
 
     /// The owner of `name` now, then each time it changes (nil: nobody owns it), until dropped.
     ///
-    /// This is how the daemon notices `bluetoothd` or `avahi-daemon` going away and coming back.
+    /// The changes come in a stream of their own: a reader that also follows the owner's
+    /// signals and must apply each change between them uses `signals(_:followingOwner:)`
+    /// (as BlueZClient does for `bluetoothd`).
     public func watchNameOwner(_ name: String) async throws -> AsyncStream<String?> {
         let changes = try await signals(MatchRule.nameOwnerChanged(name))
         let initial = try await nameOwner(name)
