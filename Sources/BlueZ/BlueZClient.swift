@@ -14,8 +14,9 @@ public actor BlueZClient {
     public nonisolated let bus: BusConnection
     private let logger: Logger
     private let onEvent: @Sendable (BlueZEvent) -> Void
-    /// Every consumer's ordered stream of events (`events()`, `follow(_:)`).
-    private nonisolated let fanOut = EventFanOut<BlueZEvent>()
+    /// Every consumer's ordered stream of events (`events()`, `follow(_:)`); internal for
+    /// tests that count subscribers.
+    nonisolated let fanOut = EventFanOut<BlueZEvent>()
     private var owner: String?
     private var adapters: [BluetoothAddress: AdapterInfo] = [:]
     private var waiters: [UUID: Waiter] = [:]

@@ -79,7 +79,7 @@ actor AdapterMirror {
     /// A flood of adapter additions, removals and power changes from a fake bluetoothd, through
     /// the real BlueZClient: each consumer applies exactly the sequence bluetoothd sent and ends
     /// in bluetoothd's state. Handing each event to a task of its own fails this.
-    @Test func floodOfAdapterEventsIsAppliedInOrder() async throws {
+    @Test(.timeLimit(.minutes(1))) func floodOfAdapterEventsIsAppliedInOrder() async throws {
         let bus = try PrivateBus()
         let fake = try await FakeBlueZ(busAddress: bus.address, adapters: [.init(name: "hci0", address: Self.a0)])
         let connection = try await BusConnection.connect(.address(bus.address), label: "peerlinkd")
@@ -117,7 +117,14 @@ actor AdapterMirror {
             #expect(await m.powered == ["hci0": power0, "hci1": true])
         }
         #expect(client.adaptersNow.map { "\($0.name) \($0.powered)" } == ["hci0 \(power0)", "hci1 true"])
-        for l in loops { l.cancel() }
+        // A consumer's detach cancels its loop, which lets go of its stream; the client
+        // stopping (daemon shutdown, bus lost) ends the others' loops by itself.
+        loops[0].cancel()
+        await loops[0].value
+        #expect(client.fanOut.subscriberCount == 1)
+        running.cancel()
+        await loops[1].value
+        #expect(client.fanOut.subscriberCount == 0)
         _ = fake
     }
 
