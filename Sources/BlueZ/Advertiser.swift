@@ -9,7 +9,7 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
     case bluez(BlueZError)
     /// The payload does not fit (the message says how many bytes it needs and how many fit).
     case tooLarge(String)
-    /// Every advertising instance of the controller is in use.
+    /// Every advertising instance of the controller is in use (`active` run on `adapter`).
     case noInstances(active: Int, adapter: String)
     /// BlueZ refused it.
     case refused(String)
@@ -22,7 +22,7 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
         case .bluez(let e): e.description
         case .tooLarge(let why): "the advertisement does not fit: \(why)"
         case .noInstances(let active, let a):
-            "maximum advertisements reached on \(a): \(active) running, no instance left; stop one first (peerlink advertise list / stop)"
+            "maximum advertisements reached on \(a): \(active) running, no instance left"
         case .refused(let why): "bluetoothd refused the advertisement: \(why)"
         case .unknown(let id): "no advertisement \(id)"
         }
@@ -61,6 +61,8 @@ public actor Advertiser {
     private var session: (connection: BusConnection, bluez: BlueZClient)?
     /// Advertisements being registered now (the actor is re-entered at each await).
     private var registering: Set<String> = []
+    /// The loop applying the session's BlueZ events in order (ends on detach).
+    private var events: Task<Void, Never>?
     private let logger: Logger
     private let onEvent: @Sendable (AdvertiseEvent) -> Void
 
@@ -74,16 +76,8 @@ public actor Advertiser {
     /// (now, and when bluetoothd or its adapter returns).
     public func attach(connection: BusConnection, bluez: BlueZClient) {
         session = (connection, bluez)
-        bluez.addListener { [weak self] event in
-            guard let self else { return }
-            switch event {
-            case .available, .adapterAdded: Task { await self.registerPending() }
-            case .unavailable: Task { await self.forget(nil) }
-            case .adapterRemoved(let a): Task { await self.forget(a.address) }
-            case .adapterChanged(let a, let changed):
-                if changed.contains("powered") && a.powered { Task { await self.registerPending() } }
-            }
-        }
+        events?.cancel()
+        events = bluez.follow { [weak self] event in await self?.bluezEvent(event) }
         for id in order {
             guard let e = entries[id] else { continue }
             entries[id]?.registeredOn = nil
@@ -93,8 +87,22 @@ public actor Advertiser {
 
     /// The bus connection is gone.
     public func detach() {
+        events?.cancel()
+        events = nil
         session = nil
         for id in order { entries[id]?.registeredOn = nil }
+    }
+
+    /// One BlueZ event, applied before the next is taken (`follow`): a removal is never
+    /// applied before the addition that came first.
+    private func bluezEvent(_ event: BlueZEvent) async {
+        switch event {
+        case .available, .adapterAdded: await registerPending()
+        case .unavailable: forget(nil)
+        case .adapterRemoved(let a): forget(a.address)
+        case .adapterChanged(let a, let changed):
+            if changed.contains("powered") && a.powered { await registerPending() }
+        }
     }
 
     /// The advertisements, in the order they started.

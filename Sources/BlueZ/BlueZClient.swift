@@ -14,7 +14,9 @@ public actor BlueZClient {
     public nonisolated let bus: BusConnection
     private let logger: Logger
     private let onEvent: @Sendable (BlueZEvent) -> Void
-    private nonisolated let listeners = Mutex<[@Sendable (BlueZEvent) -> Void]>([])
+    /// Every consumer's ordered stream of events (`events()`, `follow(_:)`); internal for
+    /// tests that count subscribers.
+    nonisolated let fanOut = EventFanOut<BlueZEvent>()
     private var owner: String?
     private var adapters: [BluetoothAddress: AdapterInfo] = [:]
     private var waiters: [UUID: Waiter] = [:]
@@ -50,14 +52,14 @@ public actor BlueZClient {
         let available = owner != nil
         snapshot.withLock { $0 = (available, list) }
         onEvent(event)
-        for l in listeners.withLock({ $0 }) { l(event) }
+        fanOut.yield(event)
     }
 
-    /// Adds a listener for every later event (called in order, on the actor: keep it short,
-    /// hand work to a task). Capabilities use this to re-register with a restarted bluetoothd.
-    public nonisolated func addListener(_ listener: @escaping @Sendable (BlueZEvent) -> Void) {
-        listeners.withLock { $0.append(listener) }
-    }
+    /// Every event emitted after this call returns, in order, until this client stops
+    /// following BlueZ (`run()` returns) or the reading task is cancelled. Each consumer takes
+    /// its own stream and reads it from one loop (see `follow(_:)`): capabilities use it to
+    /// register again with a restarted bluetoothd.
+    public nonisolated func events() -> AsyncStream<BlueZEvent> { fanOut.subscribe() }
 
     /// All adapters, ordered by name.
     public var adapterList: [AdapterInfo] { adapters.values.sorted { ($0.name.count, $0.name) < ($1.name.count, $1.name) } }
@@ -77,17 +79,22 @@ public actor BlueZClient {
 
     // MARK: Following BlueZ
 
-    /// Follows BlueZ until cancelled (or the bus connection is lost, which throws).
+    /// Follows BlueZ until cancelled (or the bus connection is lost, which throws). The
+    /// streams of `events()` end when it returns.
     public func run() async throws {
-        // One rule for every signal from bluetoothd keeps them in the order it sent them.
-        let signals = try await bus.signals(MatchRule(sender: BlueZNames.service))
-        let owners = try await bus.watchNameOwner(BlueZNames.service)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { for await o in owners { await self.ownerChanged(o) } }
-            group.addTask { for await m in signals { await self.handle(m) } }
-            // Both streams end when the connection is lost.
-            try await group.next()
-            group.cancelAll()
+        defer { fanOut.finish() }
+        // One rule for every signal from bluetoothd keeps them in the order it sent them, and
+        // its owner changes come in the same stream, in the order the bus sent them. One loop
+        // applies each before taking the next; an owner change awaits its GetManagedObjects.
+        // With owners and signals in two loops, a signal could be applied before the owner
+        // change that preceded it (an adapter of a bluetoothd not yet "available", or of one
+        // that left), and one applied while a resync waited was then undone by that older
+        // snapshot. Signals that arrive during a resync are applied after it, in order, so
+        // the table ends in bluetoothd's state whatever the snapshot already held.
+        let messages = try await bus.signals(MatchRule(sender: BlueZNames.service), followingOwner: true)
+        // The stream ends when the connection is lost, or when this task is cancelled.
+        for await m in messages {
+            if let change = m.ownerChange { await ownerChanged(change.owner) } else { handle(m) }
         }
         if !bus.isConnected {
             await ownerChanged(nil)
@@ -114,8 +121,9 @@ public actor BlueZClient {
         await resync()
     }
 
-    /// Reads every adapter again with GetManagedObjects and reports the differences.
-    public func resync() async {
+    /// Reads every adapter again with GetManagedObjects and reports the differences. Only
+    /// from `run()`'s loop: a signal applied while it waits would be undone by its snapshot.
+    private func resync() async {
         guard owner != nil else { return }
         let objects: ManagedObjects
         do {

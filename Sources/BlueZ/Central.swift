@@ -88,17 +88,23 @@ public actor Central {
     /// Uses a new bus connection: follows BlueZ's objects and restarts what was asked for.
     public func attach(connection: BusConnection, bluez: BlueZClient) async {
         session = (connection, bluez)
-        bluez.addListener { [weak self] event in
-            guard let self else { return }
-            Task { await self.bluezEvent(event) }
-        }
+        // BlueZ's events, one at a time in the order emitted; subscribed now, so none is missed.
+        let events = bluez.follow { [weak self] event in await self?.bluezEvent(event) }
         sessionTask?.cancel()
         sessionTask = Task { [weak self] in
-            guard let signals = try? await connection.signals(MatchRule(sender: BlueZNames.service)) else { return }
-            await self?.resync()
-            for await m in signals {
-                guard let self else { return }
-                await self.handle(m)
+            // This task lasts until the event loop ends, so cancelling it (detach, the next
+            // attach) ends that loop too.
+            await withTaskCancellationHandler {
+                if let signals = try? await connection.signals(MatchRule(sender: BlueZNames.service)) {
+                    await self?.resync()
+                    for await m in signals {
+                        guard let self else { break }
+                        await self.handle(m)
+                    }
+                }
+                await events.value
+            } onCancel: {
+                events.cancel()
             }
         }
     }

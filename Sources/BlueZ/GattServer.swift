@@ -127,6 +127,8 @@ public actor GattServer {
     /// Applications being registered now: the actor is re-entered at each await, and several
     /// events (available, adapter added) ask for registration at once.
     private var registering: Set<String> = []
+    /// The loop applying the session's BlueZ events in order (ends on detach).
+    private var events: Task<Void, Never>?
     /// The applications in order, readable without entering the actor: control requests
     /// look characteristics up (`characteristic(_:application:)`) for every notification.
     private nonisolated let lookup = Mutex<[LocalGattApplication]>([])
@@ -143,19 +145,8 @@ public actor GattServer {
     /// its adapter is present (now, and whenever bluetoothd or the adapter comes back).
     public func attach(connection: BusConnection, bluez: BlueZClient) async {
         session = (connection, bluez)
-        bluez.addListener { [weak self] event in
-            guard let self else { return }
-            switch event {
-            case .available, .adapterAdded:
-                Task { await self.registerPending(again: true) }
-            case .unavailable:
-                Task { await self.forgetRegistrations(nil) }
-            case .adapterRemoved(let a):
-                Task { await self.forgetRegistrations(a.address) }
-            case .adapterChanged:
-                break
-            }
-        }
+        events?.cancel()
+        events = bluez.follow { [weak self] event in await self?.bluezEvent(event) }
         for id in order {
             guard let e = applications[id] else { continue }
             applications[id]?.registeredOn = nil
@@ -165,8 +156,21 @@ public actor GattServer {
 
     /// The bus connection is gone.
     public func detach() {
+        events?.cancel()
+        events = nil
         session = nil
         for id in order { applications[id]?.registeredOn = nil }
+    }
+
+    /// One BlueZ event, applied before the next is taken (`follow`): a removal is never
+    /// applied before the addition that came first.
+    private func bluezEvent(_ event: BlueZEvent) async {
+        switch event {
+        case .available, .adapterAdded: await registerPending(again: true)
+        case .unavailable: forgetRegistrations(nil)
+        case .adapterRemoved(let a): forgetRegistrations(a.address)
+        case .adapterChanged: break
+        }
     }
 
     /// Builds, exports and registers an application; on failure nothing of it remains.

@@ -49,12 +49,34 @@ public enum AgentPolicy: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// A yes/no question bluetoothd asks the agent.
+public enum AgentQuestion: Sendable, Hashable {
+    /// RequestConfirmation: do both sides show the same passkey?
+    case confirm
+    /// RequestAuthorization: may this device pair?
+    case authorize
+    /// AuthorizeService: may this device use a service?
+    case authorizeService
+}
+
+/// What the agent saw; the daemon says it to control clients in its own words.
+public enum AgentEvent: Sendable, Hashable {
+    /// bluetoothd asked a question; the policy answers it (under `confirm`, a control client).
+    case asked(AgentQuestion, device: BluetoothAddress?, passkey: UInt32?)
+    /// A PIN code to show (legacy pairing; empty when bluetoothd sent none).
+    case displayPinCode(device: BluetoothAddress?, pinCode: String)
+    /// A passkey to show.
+    case displayPasskey(device: BluetoothAddress?, passkey: UInt32)
+    /// bluetoothd canceled the questions pending.
+    case canceled
+}
+
 /// A question the agent asks a control client.
 public struct AgentRequest: Sendable {
     /// The request id to answer with.
     public let id: String
-    /// `confirm` (passkey comparison), `authorize` (pairing), `authorize-service`.
-    public let kind: String
+    /// What is asked.
+    public let kind: AgentQuestion
     /// The central asking.
     public let device: BluetoothAddress?
     /// The passkey to compare, for `confirm`.
@@ -70,15 +92,17 @@ public final class PairingAgent: Sendable {
     public static let path: ObjectPath = "/org/peerlink/agent"
     private let state = Mutex<(policy: AgentPolicy, pending: [String: CheckedContinuation<Bool, Never>], next: Int)>((.justWorks, [:], 1))
     private let connection = Mutex<BusConnection?>(nil)
+    /// The loop applying the session's BlueZ events in order (replaced on attach, ends on detach).
+    private let events = Mutex<Task<Void, Never>?>(nil)
     private let logger: Logger
     private let timeout: Duration
     private let onRequest: @Sendable (AgentRequest) -> Void
-    private let onEvent: @Sendable (String, [String: String]) -> Void
+    private let onEvent: @Sendable (AgentEvent) -> Void
 
     /// Creates an agent with a policy; `onRequest` publishes questions (policy `confirm`),
-    /// `onEvent` reports what happened (`agent.paired-request`, `agent.display`, …).
+    /// `onEvent` reports what happened (a question asked, a passkey to show, a cancel).
     public init(policy: AgentPolicy, timeout: Duration = .seconds(30), logger: Logger,
-                onRequest: @escaping @Sendable (AgentRequest) -> Void, onEvent: @escaping @Sendable (String, [String: String]) -> Void) {
+                onRequest: @escaping @Sendable (AgentRequest) -> Void, onEvent: @escaping @Sendable (AgentEvent) -> Void) {
         state.withLock { $0.policy = policy }
         self.timeout = timeout
         self.logger = logger
@@ -106,13 +130,24 @@ public final class PairingAgent: Sendable {
     public func attach(_ c: BusConnection, bluez: BlueZClient) async {
         connection.withLock { $0 = c }
         try? c.export(Self.path, interfaces: [interface], values: [:])
-        bluez.addListener { [weak self] e in
-            if case .available = e, let self { Task { try? await self.register(on: c) } }
+        let loop = bluez.follow { [weak self] e in
+            if case .available = e, let self { try? await self.register(on: c) }
         }
+        // Cancelled outside the lock: a cancel runs the stream's termination at once.
+        events.withLock { e in
+            defer { e = loop }
+            return e
+        }?.cancel()
     }
 
     /// The connection is gone.
-    public func detach() { connection.withLock { $0 = nil } }
+    public func detach() {
+        connection.withLock { $0 = nil }
+        events.withLock { e in
+            defer { e = nil }
+            return e
+        }?.cancel()
+    }
 
     /// RegisterAgent + RequestDefaultAgent (after UnregisterAgent, to change the capability).
     func register(on c: BusConnection) async throws {
@@ -133,7 +168,7 @@ public final class PairingAgent: Sendable {
     }
 
     /// Asks a control client (policy `confirm`); false on timeout.
-    private func ask(_ kind: String, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil) async -> Bool {
+    private func ask(_ kind: AgentQuestion, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil) async -> Bool {
         let id = state.withLock { s -> String in
             defer { s.next += 1 }
             return "p\(s.next)"
@@ -152,8 +187,8 @@ public final class PairingAgent: Sendable {
     }
 
     /// Decides a yes/no question by policy.
-    private func decide(_ kind: String, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil, reply: MethodReply) {
-        onEvent("agent.\(kind)", ["device": device?.description ?? "", "passkey": passkey.map { String(format: "%06u", $0) } ?? ""])
+    private func decide(_ kind: AgentQuestion, _ device: BluetoothAddress?, passkey: UInt32? = nil, service: String? = nil, reply: MethodReply) {
+        onEvent(.asked(kind, device: device, passkey: passkey))
         switch policy {
         case .justWorks: reply.succeed()
         case .reject: reply.fail(Self.rejected)
@@ -178,25 +213,24 @@ public final class PairingAgent: Sendable {
                 _ = call
             },
             MethodSpec("DisplayPinCode", inputs: [("device", "o"), ("pincode", "s")]) { [self] call, reply in
-                onEvent("agent.display", ["device": device(call.arguments[0])?.description ?? "", "pincode": call.arguments[1].string ?? ""])
+                onEvent(.displayPinCode(device: device(call.arguments[0]), pinCode: call.arguments[1].string ?? ""))
                 reply.succeed()
             },
             MethodSpec("RequestPasskey", inputs: [("device", "o")], outputs: [("passkey", "u")]) { [self] _, reply in
                 if case .passkey(let n) = policy { reply.succeed([.uint32(n)]) } else { reply.fail(Self.rejected) }
             },
             MethodSpec("DisplayPasskey", inputs: [("device", "o"), ("passkey", "u"), ("entered", "q")]) { [self] call, reply in
-                onEvent("agent.display", ["device": device(call.arguments[0])?.description ?? "",
-                                          "passkey": String(format: "%06u", UInt32(call.arguments[1].integer ?? 0))])
+                onEvent(.displayPasskey(device: device(call.arguments[0]), passkey: UInt32(call.arguments[1].integer ?? 0)))
                 reply.succeed()
             },
             MethodSpec("RequestConfirmation", inputs: [("device", "o"), ("passkey", "u")]) { [self] call, reply in
-                decide("confirm", device(call.arguments[0]), passkey: UInt32(call.arguments[1].integer ?? 0), reply: reply)
+                decide(.confirm, device(call.arguments[0]), passkey: UInt32(call.arguments[1].integer ?? 0), reply: reply)
             },
             MethodSpec("RequestAuthorization", inputs: [("device", "o")]) { [self] call, reply in
-                decide("authorize", device(call.arguments[0]), reply: reply)
+                decide(.authorize, device(call.arguments[0]), reply: reply)
             },
             MethodSpec("AuthorizeService", inputs: [("device", "o"), ("uuid", "s")]) { [self] call, reply in
-                decide("authorize-service", device(call.arguments[0]), service: call.arguments[1].string, reply: reply)
+                decide(.authorizeService, device(call.arguments[0]), service: call.arguments[1].string, reply: reply)
             },
             MethodSpec("Cancel") { [self] _, reply in
                 let pending = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
@@ -204,7 +238,7 @@ public final class PairingAgent: Sendable {
                     return Array(s.pending.values)
                 }
                 for p in pending { p.resume(returning: false) }
-                onEvent("agent.canceled", [:])
+                onEvent(.canceled)
                 reply.succeed()
             },
         ])

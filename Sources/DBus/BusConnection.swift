@@ -262,6 +262,8 @@ struct Subscription {
     let continuation: AsyncStream<BusMessage>.Continuation?
     /// The internal owner-tracking subscription that ends with this one.
     let linked: UInt64?
+    /// The well-known name whose owner changes this stream also gets (`followingOwner`).
+    let followsOwner: String?
 }
 
 /// One match rule on the bus, shared by the subscriptions that use its text.

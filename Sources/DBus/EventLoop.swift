@@ -245,8 +245,10 @@ extension BusConnection {
                s.nameOwners[name] != nil || s.matchRefs[MatchRule.nameOwnerChanged(name).description] != nil {
                 s.nameOwners[name] = new.isEmpty ? nil : new
             }
+            let changedName = ownerChange ? m.body.first?.string : nil
             return s.subscriptions.values.filter { sub in
-                sub.rule.matches(m, senderOwner: sub.rule.wellKnownSender.flatMap { s.nameOwners[$0] })
+                (changedName != nil && sub.followsOwner == changedName)
+                    || sub.rule.matches(m, senderOwner: sub.rule.wellKnownSender.flatMap { s.nameOwners[$0] })
             }.compactMap(\.continuation)
         }
         for c in targets { c.yield(m) }

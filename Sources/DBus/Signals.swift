@@ -10,7 +10,14 @@ extension BusConnection {
     /// that use the same rule share one bus match rule; the last one to end removes it
     /// (`RemoveMatch`), so the number of rules on the bus stays bounded by the number of
     /// distinct live subscriptions.
-    public func signals(_ rule: MatchRule) async throws -> AsyncStream<BusMessage> {
+    ///
+    /// With `followingOwner` (for a rule with a well-known sender), the same stream also
+    /// carries that name's `NameOwnerChanged` signals, in the order the connection received
+    /// them among the owner's signals, beginning with one that gives the owner at subscription
+    /// (old owner empty; `ownerChange` reads them). A reader of one stream then applies each
+    /// owner change exactly between the signals of the old owner and those of the new one,
+    /// which two streams read by two loops cannot promise.
+    public func signals(_ rule: MatchRule, followingOwner: Bool = false) async throws -> AsyncStream<BusMessage> {
         // A well-known sender (org.bluez) is matched through its current owner (:1.7):
         // follow that owner with an internal subscription linked to this one. It has no
         // stream (a dropped stream would end it at once); it ends when this one does.
@@ -28,7 +35,8 @@ extension BusConnection {
         let (stream, continuation) = AsyncStream<BusMessage>.makeStream()
         let id: UInt64
         do {
-            id = try await subscribe(rule, continuation: continuation, linked: linked)
+            id = try await subscribe(rule, continuation: continuation, linked: linked,
+                                     followsOwner: followingOwner ? rule.wellKnownSender : nil)
         } catch {
             if let linked { unsubscribe(linked) }
             throw error
@@ -46,7 +54,7 @@ extension BusConnection {
     /// later subscription). A subscription that shares a rule still being added waits for that
     /// `AddMatch` answer.
     private func subscribe(_ rule: MatchRule, continuation: AsyncStream<BusMessage>.Continuation?,
-                           linked: UInt64?) async throws -> UInt64 {
+                           linked: UInt64?, followsOwner: String? = nil) async throws -> UInt64 {
         let text = rule.description
         let add = try Codec.encode(.methodCall(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                                interface: "org.freedesktop.DBus", member: "AddMatch", body: [.string(text)]))
@@ -57,7 +65,11 @@ extension BusConnection {
                 if s.disconnected { return .gone }
                 let id = s.nextSubscriptionID
                 s.nextSubscriptionID += 1
-                s.subscriptions[id] = Subscription(rule: rule, continuation: continuation, linked: linked)
+                s.subscriptions[id] = Subscription(rule: rule, continuation: continuation, linked: linked, followsOwner: followsOwner)
+                if let name = followsOwner {
+                    // Under the lock that deliverSignal takes: no change falls between this and the stream.
+                    continuation?.yield(.nameOwnerChanged(name, old: nil, new: s.nameOwners[name]))
+                }
                 var r = s.matchRefs[text] ?? BusRule()
                 r.refs += 1
                 defer { s.matchRefs[text] = r }
@@ -186,7 +198,9 @@ extension BusConnection {
 
     /// The owner of `name` now, then each time it changes (nil: nobody owns it), until dropped.
     ///
-    /// This is how the daemon notices `bluetoothd` or `avahi-daemon` going away and coming back.
+    /// The changes come in a stream of their own: a reader that also follows the owner's
+    /// signals and must apply each change between them uses `signals(_:followingOwner:)`
+    /// (as BlueZClient does for `bluetoothd`).
     public func watchNameOwner(_ name: String) async throws -> AsyncStream<String?> {
         let changes = try await signals(MatchRule.nameOwnerChanged(name))
         let initial = try await nameOwner(name)
@@ -215,5 +229,24 @@ extension BusConnection {
         let r = try await call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                interface: "org.freedesktop.DBus", member: "RequestName", [.string(name), .uint32(flags)])
         return r.first?.integer == 1 || r.first?.integer == 4  // PRIMARY_OWNER or ALREADY_OWNER
+    }
+}
+
+extension BusMessage {
+    /// A `NameOwnerChanged` signal from the bus driver (`signals(_:followingOwner:)` makes
+    /// the first one of its stream itself).
+    static func nameOwnerChanged(_ name: String, old: String?, new: String?) -> BusMessage {
+        var m = BusMessage.signal(path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                                  body: [.string(name), .string(old ?? ""), .string(new ?? "")])
+        m.sender = "org.freedesktop.DBus"
+        return m
+    }
+
+    /// For a `NameOwnerChanged` signal from the bus driver: the name and its new owner (nil:
+    /// nobody). Nil for any other message.
+    public var ownerChange: (name: String, owner: String?)? {
+        guard kind == .signal, sender == "org.freedesktop.DBus", interface == "org.freedesktop.DBus", member == "NameOwnerChanged",
+              body.count == 3, let name = body[0].string, let new = body[2].string else { return nil }
+        return (name, new.isEmpty ? nil : new)
     }
 }

@@ -55,7 +55,9 @@ extension AdvertiseError: RPCErrorConvertible {
         switch self {
         case .bluez(let b): b.rpcError
         case .tooLarge: RPCError(code: RPCErrorCode.invalidParams, message: description, data: ["kind": "too-large"])
-        case .noInstances: RPCError(code: RPCErrorCode.busy, message: description, data: ["kind": "no-instances"])
+        // What to do about it is the daemon's to say: BlueZ knows no peerlink commands.
+        case .noInstances: RPCError(code: RPCErrorCode.busy, message: description + "; stop one first (peerlink advertise list / stop)",
+                                    data: ["kind": "no-instances"])
         case .refused: RPCError(code: RPCErrorCode.dbusError, message: description, data: ["kind": "refused"])
         case .unknown: RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: id: \(description)", data: ["kind": "unknown-advertisement"])
         }

@@ -15,8 +15,9 @@ final class AgentCapability: DaemonCapability {
         let answerWithin = timeout
         let a = PairingAgent(policy: policy, timeout: .milliseconds(Int(timeout * 1000)), logger: ctx.logger.child("agent"), onRequest: { r in
             ctx.publish(topic: ControlEvent.agentRequest, data: Self.json(r, answerWithin: answerWithin))
-        }, onEvent: { topic, fields in
-            ctx.publish(topic: topic, data: .object(fields.mapValues { $0.isEmpty ? .null : .string($0) }))
+        }, onEvent: { e in
+            let (topic, data) = Self.event(e)
+            ctx.publish(topic: topic, data: data)
         })
         agent.withLock { $0 = a }
 

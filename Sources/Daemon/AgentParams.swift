@@ -38,10 +38,44 @@ extension AgentCapability {
     /// An `agent.request` event: a question that waits `answerWithin` seconds for `agent.confirm`.
     static func json(_ r: AgentRequest, answerWithin: Double) -> JSONValue {
         [
-            "id": .string(r.id), "kind": .string(r.kind), "device": BLEJSON.address(r.device),
+            "id": .string(r.id), "kind": .string(name(r.kind)), "device": BLEJSON.address(r.device),
             "passkey": r.passkey.map { .string(String(format: "%06u", $0)) } ?? .null, "service": r.service.map { .string($0) } ?? .null,
             "timeout_seconds": .double(answerWithin),
         ]
+    }
+
+    /// A question's name in the protocol (`kind` of `agent.request`, topic `agent.<name>`).
+    static func name(_ q: AgentQuestion) -> String {
+        switch q {
+        case .confirm: "confirm"
+        case .authorize: "authorize"
+        case .authorizeService: "authorize-service"
+        }
+    }
+
+    /// The topic of a question bluetoothd asked the agent.
+    static func topic(_ q: AgentQuestion) -> String {
+        switch q {
+        case .confirm: ControlEvent.agentConfirm
+        case .authorize: ControlEvent.agentAuthorize
+        case .authorizeService: ControlEvent.agentAuthorizeService
+        }
+    }
+
+    /// An agent event as its topic and data; an unknown device or an empty value is null.
+    static func event(_ e: AgentEvent) -> (topic: String, data: JSONValue) {
+        func device(_ d: BluetoothAddress?) -> JSONValue { d.map { .string($0.description) } ?? .null }
+        func passkey(_ p: UInt32) -> JSONValue { .string(String(format: "%06u", p)) }
+        switch e {
+        case .asked(let q, let d, let p):
+            return (topic(q), ["device": device(d), "passkey": p.map(passkey) ?? .null])
+        case .displayPinCode(let d, let pin):
+            return (ControlEvent.agentDisplay, ["device": device(d), "pincode": pin.isEmpty ? .null : .string(pin)])
+        case .displayPasskey(let d, let p):
+            return (ControlEvent.agentDisplay, ["device": device(d), "passkey": passkey(p)])
+        case .canceled:
+            return (ControlEvent.agentCanceled, [:])
+        }
     }
 }
 

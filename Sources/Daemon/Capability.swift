@@ -34,7 +34,7 @@ public struct DaemonContext: Sendable {
 public struct BusSession: Sendable {
     /// The bus connection.
     public let connection: BusConnection
-    /// The client following bluetoothd and its adapters (`addListener` for its events).
+    /// The client following bluetoothd and its adapters (`follow` or `events()` for its events, in order).
     public let bluez: BlueZClient
 }
 

@@ -159,6 +159,33 @@ import TestSupport
         #expect(try await client.busMatchRuleCount(of: client.uniqueName) == baseRules)
     }
 
+    /// With `followingOwner`, one stream holds the owner changes and the owners' signals in the
+    /// order the bus sent them: each owner's ticks sit between its arrival and its departure.
+    @Test func followingOwnerPutsOwnerChangesAmongTheSignalsInOrder() async throws {
+        let bus = try PrivateBus()
+        let client = try await BusConnection.connect(.address(bus.address), label: "client")
+        let owner1 = try await BusConnection.connect(.address(bus.address), label: "owner1")
+        let owner2 = try await BusConnection.connect(.address(bus.address), label: "owner2")
+        let name = "org.peerlink.Followed"
+        let stream = Collector(try await client.signals(MatchRule(sender: name, interface: Self.testIface, member: "Tick"), followingOwner: true))
+        func tick(_ c: BusConnection, _ n: UInt32) async throws {
+            try c.emitSignal("/", Self.testIface, "Tick", [.uint32(n)])
+        }
+        #expect(try await owner1.requestName(name))
+        for n: UInt32 in 1...3 { try await tick(owner1, n) }
+        owner1.close()
+        #expect(try await eventually { try await client.nameOwner(name) == nil })
+        #expect(try await owner2.requestName(name))
+        for n: UInt32 in 4...6 { try await tick(owner2, n) }
+        let seen = await stream.wait(for: 10).map { m in
+            m.ownerChange.map { "owner \($0.owner ?? "-")" } ?? "tick \(m.body.first?.integer ?? -1) from \(m.sender ?? "?")"
+        }
+        #expect(seen == ["owner -", "owner \(owner1.uniqueName)"] + (1...3).map { "tick \($0) from \(owner1.uniqueName)" }
+            + ["owner -", "owner \(owner2.uniqueName)"] + (4...6).map { "tick \($0) from \(owner2.uniqueName)" })
+        stream.stop()
+        #expect(await eventually { client.subscriptionCounts == (0, 0) })
+    }
+
     @Test func watchNameOwnerReportsNobodyThenOwnerThenNobody() async throws {
         let bus = try PrivateBus()
         let client = try await BusConnection.connect(.address(bus.address), label: "client")
