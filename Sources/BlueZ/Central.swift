@@ -847,7 +847,7 @@ public actor Central {
             sources[c.path] = source
         }
         let source = sources[c.path]!
-        var writer: PacketWriter?
+        var writer: Channel?
         var theirs: Int32?
         if stream {
             // Each value goes to the client as one packet on a socket of its own; the client
@@ -859,7 +859,7 @@ public actor Central {
                 if source.isEmpty { sources.removeValue(forKey: c.path); source.stop() }
                 throw .invalidState("cannot make the stream's socket pair: \(error)")
             }
-            writer = PacketWriter(fd: ours, label: id) { [weak self] why in
+            writer = Channel.packetWriter(fd: ours, label: id) { [weak self] why in
                 Task { await self?.unsubscribe(id, reason: "stream ended: \(why)") }
             }
         }
@@ -991,13 +991,13 @@ final class NotifySource: Sendable {
         var count: UInt64
         let batch: Bool
         /// A stream subscriber's socket (values as packets instead of events).
-        let writer: PacketWriter?
+        let writer: Channel?
 
         /// Closes its stream; (values delivered, values its stream dropped).
         func finish() -> (UInt64, UInt64) {
             guard let w = writer else { return (count, 0) }
             w.close()
-            let dropped = w.counts.dropped
+            let dropped = w.counts.refused
             return (count - dropped, dropped)
         }
     }
@@ -1034,7 +1034,7 @@ final class NotifySource: Sendable {
         }
     }
 
-    func add(_ id: String, owner: UInt64, batch: Bool, writer: PacketWriter?) {
+    func add(_ id: String, owner: UInt64, batch: Bool, writer: Channel?) {
         state.withLock { $0.subscribers.append(Subscriber(id: id, owner: owner, count: 0, batch: batch, writer: writer)) }
     }
 
@@ -1070,7 +1070,8 @@ final class NotifySource: Sendable {
         }
         for (sub, first) in targets {
             if let w = sub.writer {
-                w.send(values)
+                // Beyond its bound a slow client's values are dropped (and counted).
+                for v in values { w.send(v) }
             } else {
                 onEvent(.notifications(subscription: sub.id, owner: sub.owner, device: key.device, characteristic: uuid,
                                        values: values, firstSequence: first, batch: sub.batch))

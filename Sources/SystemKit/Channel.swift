@@ -168,14 +168,22 @@ public final class Channel: Sendable {
     /// the caller still does.
     @discardableResult
     public func send(_ bytes: [UInt8], passing: [Int32] = []) -> Offer {
-        offer(bytes, passing, counting: true)
+        offer([Item(bytes: bytes, fds: passing)], counting: true)
+    }
+
+    /// Writes all of `packets` in order, or nothing (`.full`, `.closed`): for a caller that
+    /// must not send part of a batch and wait for the rest. More packets than the bound are
+    /// always `.full` (send them one by one).
+    @discardableResult
+    public func send(contentsOf packets: [[UInt8]]) -> Offer {
+        offer(packets.map { Item(bytes: $0) }, counting: true)
     }
 
     /// Like `send`, but waits (without blocking a thread) while the outbox is full; false
     /// when the channel is closed (before or while waiting).
     public func write(_ bytes: [UInt8]) async -> Bool {
         while true {
-            switch offer(bytes, [], counting: false) {
+            switch offer([Item(bytes: bytes)], counting: false) {
             case .accepted: return true
             case .closed: return false
             case .full: if !(await room()) { return false }
@@ -213,25 +221,26 @@ public final class Channel: Sendable {
         if now { handler() }
     }
 
-    private func offer(_ bytes: [UInt8], _ fds: [Int32], counting: Bool) -> Offer {
-        precondition(fds.isEmpty || !bytes.isEmpty, "descriptors travel with at least one byte")
-        let size = mode == .stream ? bytes.count : 1
+    /// Queues `items` after what waits (all or none) and writes at once when nothing did.
+    private func offer(_ items: [Item], counting: Bool) -> Offer {
+        precondition(items.allSatisfy { $0.fds.isEmpty || !$0.bytes.isEmpty }, "descriptors travel with at least one byte")
+        let size = mode == .stream ? items.reduce(0) { $0 + $1.bytes.count } : items.count
         var failure: SystemError?
         var kick = false
         let answer = state.withLock { s -> Offer in
             if s.closed { return .closed }
             let empty = s.head == s.outbox.count
             // One item always fits an empty outbox, or a too-big value could never go.
-            if !empty && s.queued + size > outboxLimit {
+            if s.queued + size > outboxLimit && !(empty && items.count == 1) {
                 if counting { s.counts.refused += 1 }
                 return .full
             }
-            if mode == .stream, fds.isEmpty, !empty, s.outbox[s.outbox.count - 1].bytes.count < 262_144 {
+            if mode == .stream, items.count == 1, items[0].fds.isEmpty, !empty, s.outbox[s.outbox.count - 1].bytes.count < 262_144 {
                 // Small replies in quick succession go out together in one send (descriptors
                 // of the last item still go with its first byte).
-                s.outbox[s.outbox.count - 1].bytes.append(contentsOf: bytes)
+                s.outbox[s.outbox.count - 1].bytes.append(contentsOf: items[0].bytes)
             } else {
-                s.outbox.append(Item(bytes: bytes, fds: fds))
+                s.outbox.append(contentsOf: items)
             }
             s.queued += size
             if empty {
@@ -405,7 +414,7 @@ public final class Channel: Sendable {
     private func inputEnded(_ end: End) {
         if case .failed(let e) = end { return fail(e) }
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
-            guard !s.readEnded else { return nil }
+            guard !s.readEnded, !s.closed else { return nil }
             s.readEnded = true
             // Cancelled here (a level-triggered end of file would fire again and again).
             readSource.cancel()
@@ -452,6 +461,7 @@ public final class Channel: Sendable {
             s.head = 0
             s.queued = 0
             s.onInput = nil
+            s.onEnd = nil
             _ = shutdown(fd, Int32(SHUT_RDWR))
             // A source must be activated and not suspended to run its cancel handler (and
             // to be released at all).
