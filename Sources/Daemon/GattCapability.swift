@@ -72,7 +72,9 @@ final class GattCapability: DaemonCapability {
             do { try c.setValue(v) } catch { throw RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: value: \(error)", data: ["kind": "too-long"]) }
             return Self.valueJSON(v, extra: ["uuid": .string(c.uuid.uuidString), "app": .string(c.application)])
         }
-        ctx.register("gatt.notify") { params, _ throws(RPCError) in
+        // Quick: a value goes straight into the notification socket (or its outbox) from the
+        // client's queue; only a full socket makes the request wait (as a task).
+        ctx.register("gatt.notify", quick: { params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"])
             let c = try Self.characteristic(params, gatt)
             let values = try Self.notifyValues(params)
@@ -81,15 +83,27 @@ final class GattCapability: DaemonCapability {
                 guard let a = BluetoothAddress(d) else { throw .invalidParams("device", "expected an address like 00:AA:01:01:00:01, got \"\(d)\"") }
                 device = a
             }
+            @Sendable func result() -> JSONValue {
+                ["uuid": .string(c.uuid.uuidString), "app": .string(c.application),
+                 "length": .int(Int64(values.reduce(0) { $0 + $1.count })), "count": .int(Int64(values.count)),
+                 "subscribers": .int(Int64(c.subscriberCount))]
+            }
+            let rest: LocalCharacteristic.NotifyRest?
             do throws(GattNotifyError) {
-                try await c.notify(values: values, device: device)
+                rest = try c.notifyWithoutWaiting(values: values, device: device)
             } catch {
                 throw Self.rpc(error)
             }
-            return ["uuid": .string(c.uuid.uuidString), "app": .string(c.application),
-                    "length": .int(Int64(values.reduce(0) { $0 + $1.count })), "count": .int(Int64(values.count)),
-                    "subscribers": .int(Int64(c.subscriberCount))]
-        }
+            guard let rest else { return .reply(result()) }
+            return .later { () async throws(RPCError) -> JSONValue in
+                do throws(GattNotifyError) {
+                    try await rest.finish()
+                } catch {
+                    throw Self.rpc(error)
+                }
+                return result()
+            }
+        })
         ctx.register("gatt.notify-stream") { [weak self] params, rc throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "app", "device"])
             let c = try Self.characteristic(params, gatt)
