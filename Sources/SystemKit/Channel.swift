@@ -21,13 +21,24 @@ import Glibc
 /// - The descriptor is closed exactly once, after both Dispatch sources are cancelled (their
 ///   rule), however many times and from wherever `close()` is called.
 ///
-/// Why Dispatch sources rather than one epoll thread of our own: measured on the host with
-/// `scripts/channel-mechanism-bench.swift` (510-byte packets through a socket pair, see that
-/// file's header for the numbers), the two cost the same CPU per packet within noise once
-/// reads are batched until `EAGAIN`; what costs is a hop per value, not the readiness
-/// mechanism. Dispatch sources also run every handler on the connection's own serial queue,
-/// which is what lets the control server answer quick requests in place (no extra thread to
-/// hand work back from), and they need no thread that outlives its descriptors.
+/// Why Dispatch sources rather than one epoll thread of our own. Measured on the host
+/// (2 shared cores) with `scripts/channel-mechanism-bench.swift`, 510-byte packets through a
+/// packet socket pair, reading until `EAGAIN` at each wakeup:
+///
+/// |                        | Dispatch source  | epoll thread   |
+/// |------------------------|------------------|----------------|
+/// | stream, CPU per packet | 2.6 to 2.8 us    | 1.7 to 1.8 us  |
+/// | ping-pong, per packet  | 24 to 37 us wall | 6 to 7 us wall |
+///
+/// An epoll thread is cheaper per wakeup, but only because it runs the handler on itself;
+/// handing the work on to a connection's queue costs the same hop Dispatch makes. The daemon
+/// needs that queue: a control client's requests, its partial-line timer and the replies of
+/// its tasks are ordered on it, and one shared thread running every handler would put every
+/// client behind the slowest one. Glibc does not export epoll either (a C module of our own
+/// would be needed). What the notify path lost was hops per value (reader queue, then the
+/// cooperative pool, then back), not the readiness mechanism: batched reads and quick methods
+/// answered on the connection's queue remove those, and a busy stream pays about 1 us per
+/// packet more than epoll would.
 public final class Channel: Sendable {
     /// What kind of socket: a byte stream, or packets kept whole (`SOCK_SEQPACKET`).
     public enum Mode: Sendable { case stream, packet }
