@@ -17,6 +17,8 @@ final class GattCapability: DaemonCapability {
     /// Which client answers reads of which characteristic (app id + UUID → client id).
     private let readOwners = Mutex<[String: UInt64]>([:])
     private let nextStream = Mutex<UInt64>(1)
+    /// `gatt.notify`'s parameters: made once, not hashed again for every value sent.
+    static let notifyParams: Set<String> = ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"]
     /// Seconds a handler client has to answer a read before the central gets an error.
     static let readTimeout: Duration = .seconds(5)
 
@@ -75,7 +77,7 @@ final class GattCapability: DaemonCapability {
         // Quick: a value goes straight into the notification socket (or its outbox) from the
         // client's queue; only a full socket makes the request wait (as a task).
         ctx.register("gatt.notify", quick: { params, _ throws(RPCError) in
-            try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"])
+            try params.rejectUnknown(allowed: Self.notifyParams)
             let c = try Self.characteristic(params, gatt)
             let values = try Self.notifyValues(params)
             var device: BluetoothAddress?
