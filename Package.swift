@@ -54,6 +54,7 @@ let package = Package(
         .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
+        .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
     ],
     swiftLanguageModes: [.v6]
 )

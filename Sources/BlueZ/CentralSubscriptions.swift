@@ -41,7 +41,7 @@ extension Central {
             sources[c.path] = source
         }
         let source = sources[c.path]!
-        var writer: PacketWriter?
+        var writer: Channel?
         var theirs: Int32?
         if stream {
             // Each value goes to the client as one packet on a socket of its own; the client
@@ -53,7 +53,7 @@ extension Central {
                 if source.isEmpty { sources.removeValue(forKey: c.path); source.stop() }
                 throw .invalidState("cannot make the stream's socket pair: \(error)")
             }
-            writer = PacketWriter(fd: ours, label: id) { [weak self] why in
+            writer = Channel.packetWriter(fd: ours, label: id) { [weak self] why in
                 Task { await self?.unsubscribe(id, reason: "stream ended: \(why)") }
             }
         }

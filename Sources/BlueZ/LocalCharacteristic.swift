@@ -2,9 +2,6 @@ import BLE
 import DBus
 import Synchronization
 import SystemKit
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A local characteristic at run time: its value, its subscribers and how to reach them.
 ///
@@ -112,30 +109,68 @@ public final class LocalCharacteristic: Sendable {
     /// nothing is sent. When sending stops part way (the central unsubscribed), the error is
     /// `.interrupted`, saying how many values went out.
     public func notify(values: some BidirectionalCollection<[UInt8]>, device: BluetoothAddress? = nil) async throws(GattNotifyError) {
+        if let rest = try notifyWithoutWaiting(values: Array(values), device: device) { try await rest.finish() }
+    }
+
+    /// What `notify(values:)` still has to send after `notifyWithoutWaiting`: the targets
+    /// whose sockets had no room, each to be given every value (in order, waiting for room).
+    public struct NotifyRest: Sendable {
+        let targets: [NotifySession]
+        let values: [[UInt8]]
+
+        /// Sends the rest, waiting while sockets are full.
+        public func finish() async throws(GattNotifyError) {
+            for t in targets {
+                var sent = 0
+                for value in values {
+                    do throws(GattNotifyError) {
+                        try await t.send(value)
+                    } catch {
+                        if values.count == 1 { throw error }
+                        throw .interrupted(sent: sent, of: values.count, reason: error.description)
+                    }
+                    sent += 1
+                }
+            }
+        }
+    }
+
+    /// `notify(values:)` without waiting: sends what the targets take now (every value to a
+    /// target, or none to it) and returns nil when that was everything, or the rest to
+    /// `finish()` (targets whose sockets are full). The same checks and errors as `notify`.
+    /// For callers that answer on their own queue and only hop when they must wait.
+    public func notifyWithoutWaiting(values: [[UInt8]], device: BluetoothAddress? = nil) throws(GattNotifyError) -> NotifyRest? {
         guard definition.has(GattFlag.notifyLike) else { throw .notNotifiable(uuid) }
-        guard let last = values.last else { return }
+        guard let last = values.last else { return nil }
         let longest = values.reduce(0) { max($0, $1.count) }
         let (targets, connection) = try notifyTargets(longest: longest, device: device)
         state.withLock { $0.value = last }
-        var sent = 0
-        for value in values {
-            do throws(GattNotifyError) {
-                for t in targets { try await t.send(value) }
-                if targets.isEmpty, let connection {
-                    // The D-Bus path: bluetoothd notifies every subscriber when Value changes.
-                    do {
-                        try connection.emitSignal(path, StandardInterface.properties, "PropertiesChanged",
-                                                  [.string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes(value)]), .stringArray([])])
-                    } catch {
-                        throw GattNotifyError.failed("\(error)")
-                    }
+        if targets.isEmpty, let connection {
+            // The D-Bus path: bluetoothd notifies every subscriber when Value changes.
+            for (sent, value) in values.enumerated() {
+                do {
+                    try connection.emitSignal(path, StandardInterface.properties, "PropertiesChanged",
+                                              [.string("org.bluez.GattCharacteristic1"), .propertyMap(["Value": .bytes(value)]), .stringArray([])])
+                } catch {
+                    let e = GattNotifyError.failed("\(error)")
+                    if values.count == 1 { throw e }
+                    throw .interrupted(sent: sent, of: values.count, reason: e.description)
                 }
-            } catch {
-                if values.count == 1 { throw error }
-                throw .interrupted(sent: sent, of: values.count, reason: error.description)
             }
-            sent += 1
+            return nil
         }
+        var waiting: [NotifySession] = []
+        for t in targets {
+            switch t.offer(values) {
+            case .accepted: continue
+            case .full: waiting.append(t)
+            case .closed:
+                let e = GattNotifyError.failed("the central's session is closed")
+                if values.count == 1 { throw e }
+                throw .interrupted(sent: 0, of: values.count, reason: e.description)
+            }
+        }
+        return waiting.isEmpty ? nil : NotifyRest(targets: waiting, values: values)
     }
 
     // MARK: D-Bus side (on the connection's queue)
@@ -265,12 +300,14 @@ public final class LocalCharacteristic: Sendable {
     private func acquireNotify(_ opts: DBusValue, _ reply: MethodReply) {
         let o = Self.options(opts)
         let mtu = o.mtu ?? 23
-        var fds: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "socketpair: \(SystemError(call: "socketpair", code: errno))"))
+        let fds: (Int32, Int32)
+        do {
+            fds = try DescriptorPassing.packetPair()
+        } catch {
+            return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "socketpair: \(error)"))
         }
-        let theirs = UnixFD(taking: fds[1])
-        let session = NotifySession(fd: fds[0], device: o.device, mtu: mtu, onConfirm: { [self] in
+        let theirs = UnixFD(taking: fds.1)
+        let session = NotifySession(fd: fds.0, device: o.device, mtu: mtu, onConfirm: { [self] in
             onEvent(.confirmed(application: application, uuid: uuid, device: o.device))
         }, onClose: { [weak self] s in
             guard let self else { return }

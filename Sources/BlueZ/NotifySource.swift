@@ -12,13 +12,13 @@ final class NotifySource: Sendable {
         var count: UInt64
         let batch: Bool
         /// A stream subscriber's socket (values as packets instead of events).
-        let writer: PacketWriter?
+        let writer: Channel?
 
         /// Closes its stream; (values delivered, values its stream dropped).
         func finish() -> (UInt64, UInt64) {
             guard let w = writer else { return (count, 0) }
             w.close()
-            let dropped = w.counts.dropped
+            let dropped = w.counts.refused
             return (count - dropped, dropped)
         }
     }
@@ -55,7 +55,7 @@ final class NotifySource: Sendable {
         }
     }
 
-    func add(_ id: String, owner: UInt64, batch: Bool, writer: PacketWriter?) {
+    func add(_ id: String, owner: UInt64, batch: Bool, writer: Channel?) {
         state.withLock { $0.subscribers.append(Subscriber(id: id, owner: owner, count: 0, batch: batch, writer: writer)) }
     }
 
@@ -91,7 +91,8 @@ final class NotifySource: Sendable {
         }
         for (sub, first) in targets {
             if let w = sub.writer {
-                w.send(values)
+                // Beyond its bound a slow client's values are dropped (and counted).
+                for v in values { w.send(v) }
             } else {
                 onEvent(.notifications(subscription: sub.id, owner: sub.owner, device: key.device, characteristic: uuid,
                                        values: values, firstSequence: first, batch: sub.batch))

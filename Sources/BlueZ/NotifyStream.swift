@@ -1,11 +1,6 @@
-// Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
-@preconcurrency import Dispatch
 import BLE
 import Synchronization
 import SystemKit
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A stream of notifications fed through a packet socket: each packet a client writes to its
 /// end is one value, notified in order to the characteristic's subscribers (or one device)
@@ -64,16 +59,17 @@ public final class NotifyStream: Sendable {
         public var dropped: Int { received - sent - unsent }
     }
 
-    private let fd: Int32
-    private let waiter: ReadinessWaiter
-    /// Stopped from outside, and let go by the reader, under one lock: `stop()` never
-    /// touches the descriptor once the reader has let it go.
-    private let life = HeldDescriptor()
-    private let counts = CountsBox()
+    private let channel: Channel
+    private let onEnd: @Sendable (End, Counts) -> Void
+    private let state = Mutex(State())
 
-    final class CountsBox: Sendable {
-        private let m = Mutex(Counts())
-        func withLock<R>(_ body: (inout Counts) -> R) -> R { m.withLock { body(&$0) } }
+    private struct State {
+        var counts = Counts()
+        /// A batch is being notified (reading is paused meanwhile).
+        var busy = false
+        /// How the stream ends once the batch in flight is done.
+        var pendingEnd: End?
+        var ended = false
     }
 
     /// Starts reading `fd` (our end of the pair; the stream owns and closes it).
@@ -81,74 +77,76 @@ public final class NotifyStream: Sendable {
     public init(fd: Int32, characteristic c: LocalCharacteristic, device: BluetoothAddress?,
                 isRegistered: @escaping @Sendable () -> Bool,
                 onEnd: @escaping @Sendable (End, Counts) -> Void) {
-        self.fd = fd
-        let queue = DispatchQueue(label: "peerlink.notify-stream.\(fd)", target: .global(qos: .userInitiated))
-        waiter = ReadinessWaiter(fd: fd, kind: .read, queue: queue)
-        // The descriptor is closed once Dispatch is done with the source (its rule).
-        waiter.onCancelled { closeQuietly(fd) }
-        let waiter = self.waiter
-        let counts = self.counts
-        let life = self.life
-        Task {
-            let end = await Self.pump(fd: fd, c, device: device, waiter: waiter, counts: counts, stopped: life, isRegistered: isRegistered)
-            life.release()
-            _ = shutdown(fd, Int32(SHUT_RDWR))  // the client sees the end now
-            waiter.cancel()
-            onEnd(end, counts.withLock { $0 })
+        // Nothing is written to the client: an outbox of one is never used.
+        channel = Channel(fd: fd, mode: .packet, label: "notify-stream.\(fd)", outboxLimit: 1, batchLimit: Self.batchLimit)
+        self.onEnd = onEnd
+        channel.start(onInput: { [weak self] batch in
+            guard let self else { return }
+            // Back-pressure: nothing more is read until this batch is notified.
+            self.channel.pauseReading()
+            self.state.withLock { $0.busy = true }
+            Task {
+                let end: End?
+                if !isRegistered() {
+                    end = .unregistered
+                } else {
+                    self.state.withLock { $0.counts.received += batch.count }
+                    end = await Self.send(batch, c, device: device, stream: self)
+                }
+                let finish = self.state.withLock { s -> End? in
+                    s.busy = false
+                    return end ?? s.pendingEnd
+                }
+                if let finish { return self.finish(finish) }
+                self.channel.resumeReading()
+            }
+        }, onEnd: { [weak self] end in
+            guard let self else { return }
+            let reason: End
+            switch end {
+            case .peerClosed: reason = .closed
+            case .failed(let e): reason = .failed(e.description)
+            }
+            let now = self.state.withLock { s -> Bool in
+                if s.busy { s.pendingEnd = reason }
+                return !s.busy
+            }
+            if now { self.finish(reason) }
+        })
+        // `stop()` closes the channel, which reports nothing: the stream says so itself.
+        channel.whenDescriptorClosed { [weak self] in self?.finish(.stopped) }
+    }
+
+    private func finish(_ end: End) {
+        let counts = state.withLock { s -> Counts? in
+            if s.ended { return nil }
+            s.ended = true
+            return s.counts
         }
+        channel.close()  // the client sees the end now
+        if let counts { onEnd(end, counts) }
     }
 
     /// Ends the stream (the client sees the end of its socket).
     public func stop() {
-        // The reader wakes to the end of the socket and stops; only it cancels the waiter
-        // (whose cancel handler closes the descriptor).
-        life.close { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+        let busy = state.withLock { s -> Bool in
+            if s.busy && s.pendingEnd == nil { s.pendingEnd = .stopped }
+            return s.busy
+        }
+        // A batch in flight finishes first (its counts are part of the end).
+        if !busy { channel.close() }
     }
 
     /// Packets one wakeup hands to `notify(values:)` at most.
     static let batchLimit = 64
 
-    private static func pump(fd: Int32, _ c: LocalCharacteristic, device: BluetoothAddress?, waiter: ReadinessWaiter,
-                             counts: CountsBox, stopped: HeldDescriptor, isRegistered: @Sendable () -> Bool) async -> End {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
-        defer { buffer.deallocate() }
-        while true {
-            if stopped.isClosed { return .stopped }
-            var batch: [[UInt8]] = []
-            var ended = false
-            while batch.count < batchLimit {
-                // MSG_TRUNC: the packet's real length even when it is longer than the buffer.
-                let n = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT | MSG_TRUNC))
-                if n > 0 {
-                    if n > buffer.count {
-                        batch.append([UInt8](repeating: 0, count: n))  // only its length matters: it is refused below
-                    } else {
-                        batch.append(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
-                    }
-                    continue
-                }
-                let e = errno
-                if n < 0 && (e == EAGAIN || e == EINTR) { break }
-                if n < 0 && e != ECONNRESET && !stopped.isClosed { return .failed(SystemError(call: "recv", code: e).description) }
-                ended = true  // 0: the client closed its end (a zero-length packet reads the same)
-                break
-            }
-            if !batch.isEmpty {
-                if !isRegistered() { return .unregistered }
-                counts.withLock { $0.received += batch.count }
-                if let end = await send(batch, c, device: device, counts: counts) { return end }
-            }
-            if stopped.isClosed { return .stopped }
-            if ended { return .closed }
-            if batch.isEmpty, !(await waiter.wait()) { return .stopped }
-        }
-    }
+    private func count(_ body: (inout Counts) -> Void) { state.withLock { body(&$0.counts) } }
 
     /// Notifies one batch; an `End` when the stream must stop.
-    private static func send(_ batch: [[UInt8]], _ c: LocalCharacteristic, device: BluetoothAddress?, counts: CountsBox) async -> End? {
+    private static func send(_ batch: [[UInt8]], _ c: LocalCharacteristic, device: BluetoothAddress?, stream: NotifyStream) async -> End? {
         do throws(GattNotifyError) {
             try await c.notify(values: batch, device: device)
-            counts.withLock { $0.sent += batch.count }
+            stream.count { $0.sent += batch.count }
             return nil
         } catch {
             switch error {
@@ -157,25 +155,25 @@ public final class NotifyStream: Sendable {
                 let max = c.definition.maxLength
                 let fitting = batch.prefix { $0.count <= max }
                 if let last = fitting.last { try? c.setValue(last) }
-                counts.withLock { $0.unsent += fitting.count }
+                stream.count { $0.unsent += fitting.count }
                 if fitting.count < batch.count {
                     return .tooLong(GattNotifyError.tooLong(length: batch[fitting.count].count, limit: max, mtu: nil).description)
                 }
                 return nil
             case .interrupted(let sent, let of, _):
                 // A subscriber left part way: the rest went to nobody.
-                counts.withLock {
+                stream.count {
                     $0.sent += sent
                     $0.unsent += of - sent
                 }
                 return nil
             case .failed:
-                counts.withLock { $0.unsent += batch.count }
+                stream.count { $0.unsent += batch.count }
                 return nil
             case .tooLong:
                 // Values before the long one still go out, in order.
                 let fitting = batch.prefix { fits($0, c, device: device) }
-                if !fitting.isEmpty, let end = await send(Array(fitting), c, device: device, counts: counts) { return end }
+                if !fitting.isEmpty, let end = await send(Array(fitting), c, device: device, stream: stream) { return end }
                 return .tooLong(error.description)
             case .unknownCharacteristic, .notNotifiable:
                 return .failed(error.description)

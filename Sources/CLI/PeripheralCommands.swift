@@ -153,15 +153,19 @@ enum PeripheralCommands {
         var lineNumber = 0
         var written = 0
         var inputError: String?
-        var buffer = [UInt8](repeating: 0, count: 65_536)
         reading: while true {
-            let n = read(input, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { inputError = "reading \(source): \(String(cString: strerror(errno)))"; break }
+            let chunk: [UInt8]
+            do {
+                chunk = try SocketIO.receive(input, maxBytes: 65_536)
+            } catch {
+                inputError = "reading \(source): \((error as? SystemError)?.reason ?? "\(error)")"
+                break
+            }
+            let n = chunk.count
             if n == 0 {
                 framer.append([0x0A])  // a last line without its newline
             } else {
-                framer.append(buffer[0..<n])
+                framer.append(chunk[...])
             }
             while true {
                 let line: [UInt8]?
@@ -180,8 +184,8 @@ enum PeripheralCommands {
                     }
                     value = b
                 }
-                let sent = value.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if sent < 0 { break reading }  // the daemon ended the stream: its event says why
+                // The daemon ended the stream (EPIPE): its event says why.
+                do { try SocketIO.sendPacket(fd, value) } catch { break reading }
                 written += 1
             }
             if n == 0 { break }

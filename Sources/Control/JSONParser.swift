@@ -251,9 +251,11 @@ struct JSONParser {
         var seen: UInt8 = 0
         let n = bytes.count
         var i = index
+        // Read once: a static inside the loop is a lazy-initialisation check per byte.
+        let stops = Self.stopsString
         while i < n {
             let b = bytes[i]
-            if Self.stopsString[Int(b)] {
+            if stops[Int(b)] {
                 index = i
                 if b == UInt8(ascii: "\"") {
                     let raw = UnsafeBufferPointer(rebasing: bytes[contentStart..<index])

@@ -19,6 +19,9 @@ public struct DaemonContext: Sendable {
     /// Registers a control method.
     public func register(_ name: String, _ handler: @escaping MethodHandler) { server.register(name, handler) }
 
+    /// Registers a quick control method, answered on the client's queue (see `QuickMethodHandler`).
+    public func register(_ name: String, quick handler: @escaping QuickMethodHandler) { server.register(name, quick: handler) }
+
     /// Sends an event to subscribed control clients.
     public func publish(topic: String, data: JSONValue) { server.publish(topic: topic, data: data) }
 

@@ -61,11 +61,30 @@ final class ReplyAttachments: Sendable {
 /// A JSON-RPC method: named parameters in, a result out, or an `RPCError`.
 public typealias MethodHandler = @Sendable (RPCParams, RequestContext) async throws(RPCError) -> JSONValue
 
+/// What a quick method answers on the client's queue: the result now, or the rest of the
+/// work to await (it then runs as a task, and the client's later requests wait for it).
+public enum QuickReply: Sendable {
+    /// The result, now.
+    case reply(JSONValue)
+    /// The rest, awaited off the client's queue.
+    case later(@Sendable () async throws(RPCError) -> JSONValue)
+}
+
+/// A method that answers on the client's own queue, as its line is read, without a hop to
+/// the cooperative pool: for methods that do not wait on the bus. It must not block.
+public typealias QuickMethodHandler = @Sendable (RPCParams, RequestContext) throws(RPCError) -> QuickReply
+
+/// A registered method.
+enum Method: Sendable {
+    case quick(QuickMethodHandler)
+    case async(MethodHandler)
+}
+
 /// The control socket: a Unix stream socket speaking JSON-RPC 2.0, one object per line.
 public final class ControlServer: Sendable {
     private let options: ControlServerOptions
     private let logger: Logger
-    private let methods: Mutex<[String: MethodHandler]> = Mutex([:])
+    private let methods: Mutex<[String: Method]> = Mutex([:])
     private let state = Mutex(ServerState())
     private let closeHandlers = Mutex<[@Sendable (UInt64) -> Void]>([])
     private let queue = DispatchQueue(label: "peerlink.control.accept")
@@ -85,7 +104,12 @@ public final class ControlServer: Sendable {
 
     /// Registers a method (replacing one of the same name).
     public func register(_ name: String, _ handler: @escaping MethodHandler) {
-        methods.withLock { $0[name] = handler }
+        methods.withLock { $0[name] = .async(handler) }
+    }
+
+    /// Registers a quick method (replacing one of the same name): see `QuickMethodHandler`.
+    public func register(_ name: String, quick handler: @escaping QuickMethodHandler) {
+        methods.withLock { $0[name] = .quick(handler) }
     }
 
     /// The registered method names, sorted.
@@ -143,7 +167,7 @@ public final class ControlServer: Sendable {
                 s.nextID += 1
                 return (id, s.clients.count >= options.maxClients)
             }
-            let (client, lines) = ClientConnection.make(id: id, fd: fd, limits: options, logger: logger) { [weak self] id in
+            let client = ClientConnection(id: id, fd: fd, limits: options, logger: logger) { [weak self] id in
                 guard let self else { return }
                 _ = self.state.withLock { $0.clients.removeValue(forKey: id) }
                 for h in self.closeHandlers.withLock({ $0 }) { h(id) }
@@ -157,68 +181,112 @@ public final class ControlServer: Sendable {
             }
             state.withLock { $0.clients[id] = client }
             logger.debug("client connected", ["client.id": "\(id)"])
-            Task { await self.serve(client, lines) }
+            let pipeline = RequestPipeline(client: client, server: self, logger: logger)
+            client.start(onLines: { pipeline.take($0) }, onInputEnd: { pipeline.inputEnded() })
         }
     }
 
     // MARK: Requests
 
-    /// Answers a client's lines one at a time, in order, until it stops sending.
-    private func serve(_ client: ClientConnection, _ lines: AsyncStream<ClientConnection.Line>) async {
-        for await line in lines {
-            switch line {
-            case .fatal(let error):
-                client.send(RPCResponse(id: .null, error: error).encodedLine(), thenClose: true)
-                return
-            case .request(let bytes):
-                let attachments = ReplyAttachments()
-                if let reply = await answer(RPCIncoming.parse(line: bytes), client, attachments) {
-                    client.send(reply.encodedLine(), passing: attachments.take())
-                } else {
-                    attachments.discard()
+    /// An answer: now (nil: no reply, a notification), or the rest to await.
+    enum Answer {
+        case done(JSONValue?)
+        case pending(@Sendable () async -> JSONValue?)
+    }
+
+    /// Answers what can be answered on the client's queue (quick methods, errors); hands back
+    /// the rest of a request (or of a batch, from its first waiting item) to await.
+    func answerNow(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments) -> Answer {
+        switch incoming {
+        case .invalid(let id, let error):
+            return .done(RPCResponse(id: id, error: error).json)
+        case .request(let r):
+            switch call(r, client, attachments) {
+            case .done(let result):
+                // Careful: JSONValue is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
+                return .done(r.isNotification ? JSONValue?.none : RPCResponse(id: r.id ?? .null, outcome: result).json)
+            case .pending(let rest):
+                return .pending {
+                    let result = await rest()
+                    return r.isNotification ? JSONValue?.none : RPCResponse(id: r.id ?? .null, outcome: result).json
                 }
             }
+        case .batch(let items):
+            var replies: [JSONValue] = []
+            for (i, item) in items.enumerated() {
+                switch answerNow(item, client, attachments) {
+                case .done(let reply):
+                    if let reply { replies.append(reply) }
+                case .pending(let rest):
+                    let later = Array(items[(i + 1)...])
+                    let before = replies
+                    return .pending {
+                        var replies = before
+                        if let reply = await rest() { replies.append(reply) }
+                        for item in later {
+                            if let reply = await self.answer(item, client, attachments) { replies.append(reply) }
+                        }
+                        return replies.isEmpty ? JSONValue?.none : .array(replies)
+                    }
+                }
+            }
+            return .done(replies.isEmpty ? JSONValue?.none : .array(replies))
         }
-        // The client closed its side (or was closed): finish once everything is written.
-        client.send([], thenClose: true)
-        logger.debug("client done", ["client.id": "\(client.id)"])
     }
 
     private func answer(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments) async -> JSONValue? {
-        switch incoming {
-        case .invalid(let id, let error):
-            return RPCResponse(id: id, error: error).json
-        case .request(let r):
-            let result = await call(r, client, attachments)
-            // Careful: JSONValue is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
-            if r.isNotification { return JSONValue?.none }
-            return RPCResponse(id: r.id ?? .null, outcome: result).json
-        case .batch(let items):
-            var replies: [JSONValue] = []
-            for item in items {
-                if let reply = await answer(item, client, attachments) { replies.append(reply) }
-            }
-            if replies.isEmpty { return JSONValue?.none }
-            return .array(replies)
+        switch answerNow(incoming, client, attachments) {
+        case .done(let reply): reply
+        case .pending(let rest): await rest()
         }
     }
 
-    private func call(_ r: RPCRequest, _ client: ClientConnection, _ attachments: ReplyAttachments) async -> Result<JSONValue, RPCError> {
-        guard let handler = methods.withLock({ $0[r.method] }) else {
-            return .failure(.methodNotFound(r.method))
+    private enum Outcome {
+        case done(Result<JSONValue, RPCError>)
+        case pending(@Sendable () async -> Result<JSONValue, RPCError>)
+    }
+
+    private func call(_ r: RPCRequest, _ client: ClientConnection, _ attachments: ReplyAttachments) -> Outcome {
+        guard let method = methods.withLock({ $0[r.method] }) else {
+            return .done(.failure(.methodNotFound(r.method)))
         }
         // Descriptors of this request only: a failed method's are closed, others' kept.
         let mine = ReplyAttachments()
-        do {
-            let v = try await handler(r.params, RequestContext(clientID: client.id, client: client, attachments: mine))
-            if r.isNotification { mine.discard() } else { for fd in mine.take() { attachments.add(fd) } }
-            return .success(v)
-        } catch {
-            mine.discard()
-            if error.code == RPCErrorCode.internalError {
-                logger.error("method failed", ["rpc.method": r.method, "error": error.message])
+        let context = RequestContext(clientID: client.id, client: client, attachments: mine)
+        let logger = self.logger
+        @Sendable func finish(_ result: Result<JSONValue, RPCError>) -> Result<JSONValue, RPCError> {
+            switch result {
+            case .success:
+                if r.isNotification { mine.discard() } else { for fd in mine.take() { attachments.add(fd) } }
+            case .failure(let error):
+                mine.discard()
+                if error.code == RPCErrorCode.internalError {
+                    logger.error("method failed", ["rpc.method": r.method, "error": error.message])
+                }
             }
-            return .failure(error)
+            return result
+        }
+        let params = r.params
+        let rest: @Sendable () async throws(RPCError) -> JSONValue
+        switch method {
+        case .async(let handler):
+            rest = { () async throws(RPCError) -> JSONValue in try await handler(params, context) }
+        case .quick(let handler):
+            do throws(RPCError) {
+                switch try handler(params, context) {
+                case .reply(let v): return .done(finish(.success(v)))
+                case .later(let r): rest = r
+                }
+            } catch {
+                return .done(finish(.failure(error)))
+            }
+        }
+        return .pending {
+            do throws(RPCError) {
+                return finish(.success(try await rest()))
+            } catch {
+                return finish(.failure(error))
+            }
         }
     }
 

@@ -14,6 +14,8 @@ final class GattCapability: DaemonCapability {
     private let context = Mutex<DaemonContext?>(nil)
     private let server = Mutex<GattServer?>(nil)
     private let nextStream = Mutex<UInt64>(1)
+    /// `gatt.notify`'s parameters: made once, not hashed again for every value sent.
+    static let notifyParams: Set<String> = ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"]
 
     func register(_ ctx: DaemonContext) {
         context.withLock { $0 = ctx }
@@ -48,18 +50,29 @@ final class GattCapability: DaemonCapability {
             do { try c.setValue(v) } catch { throw RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: value: \(error)", data: ["kind": "too-long"]) }
             return BLEJSON.value(v, extra: ["uuid": .string(c.uuid.uuidString), "app": .string(c.application)])
         }
-        ctx.register(ControlMethod.gattNotify) { params, _ throws(RPCError) in
-            try params.rejectUnknown(allowed: ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"])
+        // Quick: a value goes straight into the notification socket (or its outbox) from the
+        // client's queue; only a full socket makes the request wait (as a task).
+        ctx.register(ControlMethod.gattNotify, quick: { params, _ throws(RPCError) in
+            try params.rejectUnknown(allowed: Self.notifyParams)
             let c = try Self.characteristic(params, gatt)
             let values = try Self.notifyValues(params)
             let device = try BLEParams.device(params)
+            let rest: LocalCharacteristic.NotifyRest?
             do throws(GattNotifyError) {
-                try await c.notify(values: values, device: device)
+                rest = try c.notifyWithoutWaiting(values: values, device: device)
             } catch {
                 throw error.rpcError
             }
-            return GattJSON.notified(c, values)
-        }
+            guard let rest else { return .reply(GattJSON.notified(c, values)) }
+            return .later { () async throws(RPCError) -> JSONValue in
+                do throws(GattNotifyError) {
+                    try await rest.finish()
+                } catch {
+                    throw error.rpcError
+                }
+                return GattJSON.notified(c, values)
+            }
+        })
         ctx.register(ControlMethod.gattNotifyStream) { [weak self] params, rc throws(RPCError) in
             try params.rejectUnknown(allowed: ["uuid", "app", "device"])
             let c = try Self.characteristic(params, gatt)

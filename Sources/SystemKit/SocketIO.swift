@@ -46,6 +46,14 @@ public enum SocketIO {
         }
     }
 
+    /// Sends `bytes` as one packet (`SOCK_SEQPACKET`: whole or not at all; empty is a packet
+    /// too) on a blocking socket without raising `SIGPIPE`.
+    public static func sendPacket(_ fd: Int32, _ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { raw in
+            _ = try syscall("send") { send(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL)) }
+        }
+    }
+
     /// True when `error` means the peer closed the connection (`EPIPE`, `ECONNRESET`).
     public static func isDisconnect(_ error: SystemError) -> Bool {
         error.code == EPIPE || error.code == ECONNRESET

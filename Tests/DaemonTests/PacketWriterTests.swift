@@ -1,3 +1,4 @@
+import BlueZ
 import Foundation
 import Synchronization
 import SystemKit
@@ -6,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-/// PacketWriter (a central's stream subscriber): the daemon never blocks on a slow client.
+/// `Channel.packetWriter` (a central's stream subscriber): the daemon never blocks on a slow client.
 @Suite struct PacketWriterTests {
     final class Ends: Sendable {
         let reasons = Mutex<[String]>([])
@@ -17,12 +18,12 @@ import Glibc
     @Test func fullSocketQueuesInOrderAndDropsBeyondTheBound() throws {
         let (ours, theirs) = try DescriptorPassing.packetPair()
         defer { closeQuietly(theirs) }
-        let w = PacketWriter(fd: ours, label: "test", maxQueued: 100) { _ in }
+        let w = Channel.packetWriter(fd: ours, label: "test", maxQueued: 100) { _ in }
         defer { w.close() }
         let total = 2000
         let packets = (0..<total).map { i in [UInt8(i >> 8), UInt8(i & 0xff)] + [UInt8](repeating: 0xAB, count: 1000) }
-        for start in stride(from: 0, to: total, by: 50) { w.send(Array(packets[start..<start + 50])) }
-        let dropped = Int(w.counts.dropped)
+        for p in packets { w.send(p) }
+        let dropped = Int(w.counts.refused)
         #expect(dropped > 0 && dropped < total, "2 MB cannot fit the socket and 100 queued packets")
         var got: [[UInt8]] = []
         var buf = [UInt8](repeating: 0, count: 2048)
@@ -42,14 +43,14 @@ import Glibc
     @Test func theClientClosingItsEndIsReportedOnce() async throws {
         let (ours, theirs) = try DescriptorPassing.packetPair()
         let ends = Ends()
-        let w = PacketWriter(fd: ours, label: "test") { why in ends.reasons.withLock { $0.append(why) } }
-        w.send([[1, 2, 3]])
+        let w = Channel.packetWriter(fd: ours, label: "test") { why in ends.reasons.withLock { $0.append(why) } }
+        w.send([1, 2, 3])
         closeQuietly(theirs)
         let deadline = ContinuousClock.now + .seconds(5)
         while ends.reasons.withLock({ $0.isEmpty }), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
-        w.send([[4]])
+        w.send([4])
         #expect(!w.close(), "already closed by the end")
         #expect(ends.reasons.withLock { $0 } == ["the client closed its socket"])
     }

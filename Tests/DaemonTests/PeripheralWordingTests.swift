@@ -26,7 +26,7 @@ import Testing
     }
 
     @Test func noInstancesSaysWhichCommandsFreeOne() {
-        let e = AdvertiseCapability.rpc(.noInstances(active: 4, adapter: "hci0"))
+        let e = AdvertiseError.noInstances(active: 4, adapter: "hci0").rpcError
         #expect(e.message == "maximum advertisements reached on hci0: 4 running, no instance left; stop one first (peerlink advertise list / stop)")
         #expect(e.code == RPCErrorCode.busy && e.data?["kind"] == "no-instances")
         #expect(!AdvertiseError.noInstances(active: 4, adapter: "hci0").description.contains("peerlink"), "BlueZ names no peerlink command")

@@ -1,0 +1,120 @@
+import Control
+import Logging
+import Synchronization
+
+/// The requests of one control client, answered one at a time and in order, on the client's
+/// own queue: a quick method (`ControlServer.register(_:quick:)`) is answered right there, as
+/// the line is read, and the replies of one read go out in one write; a request that must
+/// wait (on the bus, or for room) runs as a task, and the lines after it wait until its
+/// reply is written, so replies keep the order of the requests and every request takes
+/// effect after the one before it.
+final class RequestPipeline: Sendable {
+    private let client: ClientConnection
+    private let server: ControlServer
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    private struct State {
+        var pending: [ClientConnection.Line] = []
+        var head = 0
+        /// A request's task is running: the rest wait.
+        var running = false
+        /// The client sends no more.
+        var inputDone = false
+        /// Closing: nothing more is answered.
+        var done = false
+    }
+
+    init(client: ClientConnection, server: ControlServer, logger: Logger) {
+        self.client = client
+        self.server = server
+        self.logger = logger
+    }
+
+    /// Lines read, in order. On the client's queue.
+    func take(_ lines: [ClientConnection.Line]) {
+        state.withLock { $0.pending += lines }
+        run()
+    }
+
+    /// The client sends no more: finish once everything is answered. On the client's queue.
+    func inputEnded() {
+        state.withLock { $0.inputDone = true }
+        run()
+    }
+
+    /// Answers what waits until a request must wait. On the client's queue.
+    private func run() {
+        var out: [UInt8] = []
+        func flush() {
+            if !out.isEmpty { client.send(out) }
+            out = []
+        }
+        while true {
+            let next = state.withLock { s -> ClientConnection.Line? in
+                guard !s.running, !s.done, s.head < s.pending.count else { return nil }
+                defer {
+                    s.head += 1
+                    if s.head == s.pending.count {
+                        s.pending.removeAll(keepingCapacity: true)
+                        s.head = 0
+                    }
+                }
+                return s.pending[s.head]
+            }
+            guard let next else { break }
+            switch next {
+            case .fatal(let error):
+                flush()
+                state.withLock { $0.done = true }
+                client.send(RPCResponse(id: .null, error: error).encodedLine(), thenClose: true)
+                return
+            case .request(let bytes):
+                let attachments = ReplyAttachments()
+                switch server.answerNow(RPCIncoming.parse(line: bytes), client, attachments) {
+                case .done(let reply):
+                    deliver(reply, attachments, into: &out)
+                case .pending(let rest):
+                    flush()
+                    state.withLock { $0.running = true }
+                    Task {
+                        let reply = await rest()
+                        var line: [UInt8] = []
+                        self.deliver(reply, attachments, into: &line)
+                        if !line.isEmpty { self.client.send(line) }
+                        self.client.queue.async {
+                            self.state.withLock { $0.running = false }
+                            self.run()
+                        }
+                    }
+                    return
+                }
+            }
+        }
+        flush()
+        let finished = state.withLock { s -> Bool in
+            guard s.inputDone, !s.running, !s.done, s.head == s.pending.count else { return false }
+            s.done = true
+            return true
+        }
+        if finished {
+            // The client closed its side (or was closed): finish once everything is written.
+            client.send([], thenClose: true)
+            logger.debug("client done", ["client.id": "\(client.id)"])
+        }
+    }
+
+    /// Appends `reply`'s line to `out`; a reply with descriptors is sent on its own (they
+    /// travel with its first byte), after what `out` held.
+    private func deliver(_ reply: JSONValue?, _ attachments: ReplyAttachments, into out: inout [UInt8]) {
+        guard let reply else { return attachments.discard() }
+        let fds = attachments.take()
+        if fds.isEmpty {
+            out += reply.encodedLine()
+        } else {
+            if !out.isEmpty { client.send(out) }
+            out = []
+            client.send(reply.encodedLine(), passing: fds)
+        }
+    }
+}

@@ -1,0 +1,299 @@
+import Foundation
+import Synchronization
+import SystemKit
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `Channel` over socket pairs: reads in every chunking, a full outbox (waiting for room and
+/// the drop answer), the peer closing mid-write, close while a write waits, and descriptors
+/// closed exactly once.
+@Suite struct ChannelTests {
+    /// What a channel's handlers saw; waiters wake at each handler call.
+    final class Seen: Sendable {
+        let input = Mutex<[[UInt8]]>([])
+        let batches = Mutex<[Int]>([])
+        let ends = Mutex<[Channel.End]>([])
+        let signal = Signal()
+
+        func start(_ c: Channel) {
+            c.start(onInput: { batch in
+                self.input.withLock { $0 += batch }
+                self.batches.withLock { $0.append(batch.count) }
+                self.signal.fire()
+            }, onEnd: { end in
+                self.ends.withLock { $0.append(end) }
+                self.signal.fire()
+            })
+        }
+
+        func wait(until condition: () -> Bool) async -> Bool { await signal.wait(until: condition) }
+    }
+
+    /// Wakes async waiters without blocking a thread of the cooperative pool (tests run there
+    /// side by side: a blocked thread would starve the others' tasks).
+    final class Signal: Sendable {
+        private let state = Mutex<(generation: UInt64, waiters: [CheckedContinuation<Void, Never>])>((0, []))
+
+        func fire() {
+            let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+                s.generation += 1
+                defer { s.waiters = [] }
+                return s.waiters
+            }
+            for c in waiters { c.resume() }
+        }
+
+        private var generation: UInt64 { state.withLock { $0.generation } }
+
+        private func next(after generation: UInt64) async {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { s -> Bool in
+                    if s.generation != generation { return true }
+                    s.waiters.append(c)
+                    return false
+                }
+                if now { c.resume() }
+            }
+        }
+
+        /// Waits until `condition` holds (checked at each `fire`); false after `timeout`.
+        func wait(timeout: Duration = .seconds(5), until condition: () -> Bool) async -> Bool {
+            let deadline = ContinuousClock.now + timeout
+            let timer = Task { [self] in
+                try? await Task.sleep(until: deadline)
+                fire()
+            }
+            defer { timer.cancel() }
+            while true {
+                let g = generation
+                if condition() { return true }
+                if ContinuousClock.now >= deadline { return false }
+                await next(after: g)
+            }
+        }
+    }
+
+    /// Runs blocking `body` on a thread of its own (not the cooperative pool's).
+    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { c in
+            Thread { c.resume(with: Result { try body() }) }.start()
+        }
+    }
+
+    static func pair(_ type: Int32) throws -> (Int32, Int32) {
+        var fds: [Int32] = [-1, -1]
+        try syscall("socketpair") { socketpair(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) }
+        return (fds[0], fds[1])
+    }
+
+    static let stream = Int32(SOCK_STREAM.rawValue)
+    static let packet = Int32(SOCK_SEQPACKET.rawValue)
+
+    /// Reads one packet (or what a stream has) from a blocking `fd`, up to 5 s.
+    static func receive(_ fd: Int32) throws -> [UInt8]? {
+        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: 5000) else { return nil }
+        return try SocketIO.receive(fd)
+    }
+
+    @Test(arguments: [1, 2, 3, 7, 64, 1000, 4096, 65_535, 65_536, 65_537, 200_000])
+    func streamReadsEveryChunking(chunk: Int) async throws {
+        let (ours, theirs) = try Self.pair(Self.stream)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .stream, label: "test", outboxLimit: 1 << 20)
+        defer { c.close() }
+        let seen = Seen()
+        seen.start(c)
+        let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
+        let writer = Thread {
+            for start in stride(from: 0, to: data.count, by: chunk) {
+                try? SocketIO.sendAll(theirs, Array(data[start..<min(start + chunk, data.count)]))
+            }
+        }
+        writer.start()
+        #expect(await seen.wait { seen.input.withLock { $0.reduce(0) { $0 + $1.count } } >= data.count })
+        #expect(seen.input.withLock { $0.flatMap { $0 } } == data, "every byte, in order")
+        #expect(seen.ends.withLock { $0 }.isEmpty)
+        _ = shutdown(theirs, Int32(SHUT_WR))
+        #expect(await seen.wait { !seen.ends.withLock { $0 }.isEmpty })
+        #expect(seen.ends.withLock { $0 } == [.peerClosed], "the end of input, once")
+    }
+
+    @Test(arguments: [1, 5, 63, 64, 65, 1000])
+    func packetReadsKeepPacketsWholeInBatches(count: Int) async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 16, readLimit: 600, batchLimit: 64)
+        defer { c.close() }
+        let seen = Seen()
+        seen.start(c)
+        let packets = (0..<count).map { i in [UInt8(i >> 8), UInt8(i & 0xff)] + [UInt8](repeating: UInt8(i % 251), count: i % 510) }
+        let writer = Thread { for p in packets { try? SocketIO.sendAll(theirs, p) } }
+        writer.start()
+        #expect(await seen.wait { seen.input.withLock { $0.count } >= count })
+        #expect(seen.input.withLock { $0 } == packets, "whole, in order")
+        #expect(seen.batches.withLock { $0.allSatisfy { $0 >= 1 && $0 <= 64 } })
+        // A packet longer than the read limit is known by its length only.
+        try SocketIO.sendAll(theirs, [UInt8](repeating: 9, count: 700))
+        #expect(await seen.wait { seen.input.withLock { $0.count } > count })
+        #expect(seen.input.withLock { $0.last } == [UInt8](repeating: 0, count: 700))
+    }
+
+    /// A peer that does not read: the outbox takes up to its bound, then answers `.full`
+    /// (counted); `whenRoom` fires once the peer reads; every accepted packet arrives in order.
+    @Test func fullOutboxAnswersFullAndWakesWhenThereIsRoom() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 10)
+        defer { c.close() }
+        Seen().start(c)
+        var accepted: [[UInt8]] = []
+        var i = 0
+        while true {
+            let p = [UInt8(i >> 8), UInt8(i & 0xff)] + [UInt8](repeating: 0xAB, count: 1000)
+            let answer = c.send(p)
+            if answer == .full { break }
+            #expect(answer == .accepted)
+            accepted.append(p)
+            i += 1
+            if i > 10_000 { break }
+        }
+        #expect(i < 10_000, "the socket and the outbox fill")
+        #expect(c.counts.refused == 1)
+        #expect(c.send([1]) == .full)
+        #expect(c.counts.refused == 2)
+        let room = Signal()
+        let gotRoom = Mutex<Bool?>(nil)
+        c.whenRoom { ok in
+            gotRoom.withLock { $0 = ok }
+            room.fire()
+        }
+        let want = accepted.count
+        let got = try await Self.onThread { () -> [[UInt8]] in
+            var got: [[UInt8]] = []
+            while got.count < want, let p = try Self.receive(theirs) { got.append(p) }
+            return got
+        }
+        #expect(got == accepted, "every accepted packet, in order")
+        #expect(await room.wait { gotRoom.withLock { $0 } != nil })
+        #expect(gotRoom.withLock { $0 } == true)
+        #expect(c.counts.written == UInt64(accepted.count))
+    }
+
+    /// The waiting form: `write` waits while the outbox is full, and completes, in order,
+    /// as the peer reads (stream mode: the bound is in bytes).
+    @Test func writeWaitsForRoom() async throws {
+        let (ours, theirs) = try Self.pair(Self.stream)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .stream, label: "test", outboxLimit: 4096)
+        defer { c.close() }
+        Seen().start(c)
+        let chunk = [UInt8](repeating: 0x5A, count: 1024)
+        let total = 4 * 1024 * 1024  // far more than the socket and the outbox hold
+        async let read = Self.onThread { () -> Int in
+            var n = 0
+            while n < total, let b = try? Self.receive(theirs), !b.isEmpty { n += b.count }
+            return n
+        }
+        for _ in 0..<(total / chunk.count) {
+            #expect(await c.write(chunk))
+        }
+        #expect(try await read == total)
+        #expect(c.counts.refused == 0, "waiting is not refusing")
+    }
+
+    /// The peer closing while writes wait: reported once, as `.peerClosed`; then closed.
+    @Test(arguments: [Channel.Mode.stream, .packet])
+    func peerClosingMidWriteIsReportedOnce(mode: Channel.Mode) async throws {
+        let (ours, theirs) = try Self.pair(mode == .stream ? Self.stream : Self.packet)
+        let c = Channel(fd: ours, mode: mode, label: "test", outboxLimit: 1 << 30)
+        defer { c.close() }
+        let seen = Seen()
+        seen.start(c)
+        // Fill the socket, so that more waits in the outbox.
+        for _ in 0..<2000 { c.send([UInt8](repeating: 1, count: 1000)) }
+        closeQuietly(theirs)
+        let flushed = Signal()
+        let done = Mutex(false)
+        c.whenFlushed {
+            done.withLock { $0 = true }
+            flushed.fire()
+        }
+        #expect(await flushed.wait { done.withLock { $0 } }, "closed after the failed write")
+        #expect(await seen.wait { !seen.ends.withLock { $0 }.isEmpty })
+        #expect(c.isClosed)
+        #expect(c.send([2]) == .closed)
+        #expect(seen.ends.withLock { $0 } == [.peerClosed], "once")
+    }
+
+    /// Closing while a write waits for room ends the wait with false; so does a later wait.
+    @Test func closeWhileAWriteWaits() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1)
+        Seen().start(c)
+        while c.send([UInt8](repeating: 3, count: 1000)) == .accepted {}
+        let waiting = Mutex<Bool?>(nil)
+        c.whenRoom { ok in waiting.withLock { $0 = ok } }
+        #expect(waiting.withLock { $0 } == nil, "full: it waits")
+        let writer = Task { await c.write([4]) }
+        #expect(c.close())
+        #expect(waiting.withLock { $0 } == false, "woken by close, at once")
+        #expect(await writer.value == false)
+        #expect(await c.write([5]) == false)
+        #expect(!c.close(), "once")
+    }
+
+    /// The inode numbers of the sockets open in this process (from /proc/self/fd).
+    static func openSocketInodes() -> Set<UInt64> {
+        guard let d = opendir("/proc/self/fd") else { return [] }
+        defer { closedir(d) }
+        var out: Set<UInt64> = []
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard let fd = Int32(name) else { continue }
+            var st = stat()
+            if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK { out.insert(UInt64(st.st_ino)) }
+        }
+        return out
+    }
+
+    static func inode(_ fd: Int32) -> UInt64 {
+        var st = stat()
+        _ = fstat(fd, &st)
+        return UInt64(st.st_ino)
+    }
+
+    /// 10,000 channel lifetimes (a round trip each, then close, half of them with a write
+    /// still waiting): each descriptor is closed once and only once. Not once: its socket is
+    /// still among the process's open descriptors. Twice: the second close hits the number the
+    /// next socket pair reuses, and that round trip fails. (Other suites open descriptors
+    /// meanwhile, so the check is on this test's own sockets, by inode.)
+    @Test func descriptorsAreClosedExactlyOnce() async throws {
+        var ours: Set<UInt64> = []
+        for i in 0..<10_000 {
+            let (mine, theirs) = try Self.pair(Self.packet)
+            ours.insert(Self.inode(mine))
+            let c = Channel(fd: mine, mode: .packet, label: "life", outboxLimit: 4)
+            let seen = Seen()
+            seen.start(c)
+            try SocketIO.sendAll(theirs, [1, 2, 3])
+            #expect(await seen.wait { seen.input.withLock { $0.count } == 1 }, "lifetime \(i)")
+            #expect(c.send([4, 5]) == .accepted)
+            #expect(try Self.receive(theirs) == [4, 5], "lifetime \(i)")
+            if i % 2 == 1 { c.whenRoom { _ in } }
+            let closed = Signal()
+            let done = Mutex(false)
+            c.whenDescriptorClosed {
+                done.withLock { $0 = true }
+                closed.fire()
+            }
+            c.close()
+            #expect(await closed.wait { done.withLock { $0 } }, "lifetime \(i)")
+            closeQuietly(theirs)
+        }
+        let left = Self.openSocketInodes().intersection(ours)
+        #expect(left.isEmpty, "\(left.count) of the channels' descriptors are still open")
+    }
+}
