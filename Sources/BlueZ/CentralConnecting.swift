@@ -156,9 +156,12 @@ extension Central {
             logger.info("Connect answered but the device is not connected; reading BlueZ's state again",
                         ["device": address.description, "attempt": "\(attempt)"])
             await resync()
-            if !isConnected(table) {
+            // The Connected change may still be on its way (bluetoothd answers Connect from the
+            // ATT socket's callback and announces the link from the kernel's event, which can
+            // come later): wait for it, not for a fixed time (a 500 ms sleep here cost the
+            // first connect of a run half a second), and count the attempt only if it never shows.
+            if await waitUntil(.milliseconds(500), isConnected) == false {
                 connector.answeredWithoutLink()
-                try? await Task.sleep(for: .milliseconds(500))
             }
         }
         return .retryNow

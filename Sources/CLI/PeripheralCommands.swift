@@ -129,8 +129,13 @@ enum PeripheralCommands {
         var input: Int32 = 0
         var source = "standard input"
         if let path = v.string("from"), path != "-" {
-            input = open(path, O_RDONLY | O_CLOEXEC)
-            guard input >= 0 else { throw .failure("cannot open \(path): \(String(cString: strerror(errno)))", exitCode: 1) }
+            do {
+                input = try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
+            } catch let e as SystemError {
+                throw .failure("cannot open \(path): \(e.reason)", exitCode: 1)
+            } catch {
+                throw .failure("cannot open \(path): \(error)", exitCode: 1)
+            }
             source = path
         }
         defer { if input != 0 { closeQuietly(input) } }
