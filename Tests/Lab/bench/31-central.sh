@@ -69,6 +69,7 @@ run_one() {
     bps=$(sed -n 's/.* bytes_per_s=\([0-9]*\).*/\1/p' <<<"$line")
     [ -n "$rate" ] && [ -n "$bps" ] || fail "$name: nothing measured: $line"
     first=$(sed -n 's/^FIRST_READ seconds=\([0-9.]*\).*/\1/p' "$(log_of "rx-$name")")
+    [ -z "$first" ] || note "$name: $(grep '^FIRST_READ' "$(log_of "rx-$name")")"
     bench_keep "$base" "$rate" "$bps" "$(sed -n 's/.*received=\([0-9]*\).*/\1/p' <<<"$line")" "$first"
     wait_for 30 _gone "$RX_PID" || _lab_stop_pid "$RX_PID"
     _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
