@@ -65,6 +65,8 @@ public final class Channel: Sendable {
     public struct Counts: Sendable, Equatable {
         public var written: UInt64 = 0
         public var refused: UInt64 = 0
+        /// Times the read source fired (a wakeup that gathers a burst counts once).
+        public var readWakeups: UInt64 = 0
     }
 
     /// The descriptor (owned by the channel; closed once both sources are done).
@@ -100,6 +102,9 @@ public final class Channel: Sendable {
         var readPaused = false
         var readEnded = false
         var gathering = false
+        /// Whether the read source is suspended now: while paused or gathering (see
+        /// `updateReadSuspension`), never once it is cancelled.
+        var readSuspended = false
         var closed = false
         var ended = false
         var roomWaiters: [@Sendable (Bool) -> Void] = []
@@ -349,7 +354,7 @@ public final class Channel: Sendable {
         state.withLock { s in
             guard !s.readPaused, !s.closed, !s.readEnded, s.started else { return }
             s.readPaused = true
-            readSource.suspend()
+            updateReadSuspension(&s)
         }
     }
 
@@ -358,25 +363,49 @@ public final class Channel: Sendable {
         let go = state.withLock { s -> Bool in
             guard s.readPaused else { return false }
             s.readPaused = false
-            if !s.closed && !s.readEnded { readSource.resume() }
+            updateReadSuspension(&s)
             return true
         }
         if go { queue.async { [weak self] in self?.readLoop() } }
     }
 
+    /// Suspends or resumes the read source to match what is wanted: suspended while reading
+    /// is paused or a burst is being gathered; left alone once cancelled (closed, or input
+    /// ended). Under the lock.
+    private func updateReadSuspension(_ s: inout State) {
+        let want = (s.readPaused || s.gathering) && s.started && !s.closed && !s.readEnded
+        guard want != s.readSuspended else { return }
+        s.readSuspended = want
+        if want { readSource.suspend() } else { readSource.resume() }
+    }
+
     private func readable() {
-        guard gather > .zero else { return readLoop() }
+        guard gather > .zero else {
+            state.withLock { $0.counts.readWakeups += 1 }
+            return readLoop()
+        }
+        // Gathering: the source is suspended until the burst is read. libdispatch re-arms its
+        // one-shot epoll registration after each handler, and the packets are still unread,
+        // so an active source would fire again at once, over and over for the whole wait (it
+        // cost the central 2 ms of CPU per notification).
         let wait = state.withLock { s -> Bool in
+            s.counts.readWakeups += 1
             if s.gathering { return false }
             s.gathering = true
+            updateReadSuspension(&s)
             return true
         }
         guard wait else { return }
         let (sec, atto) = gather.components
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(sec) * 1_000_000_000 + Int(atto / 1_000_000_000))) { [weak self] in
             guard let self else { return }
-            self.state.withLock { $0.gathering = false }
+            // Read the burst first, then let the source fire again: resumed before the read,
+            // its re-arm would see the same packets once more and start another wait.
             self.readLoop()
+            self.state.withLock { s in
+                s.gathering = false
+                self.updateReadSuspension(&s)
+            }
         }
     }
 
@@ -427,8 +456,13 @@ public final class Channel: Sendable {
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
             guard !s.readEnded, !s.closed else { return nil }
             s.readEnded = true
-            // Cancelled here (a level-triggered end of file would fire again and again).
+            // Cancelled here (a level-triggered end of file would fire again and again); a
+            // suspended source must be resumed to run its cancel handler.
             readSource.cancel()
+            if s.readSuspended {
+                s.readSuspended = false
+                readSource.resume()
+            }
             if s.ended { return nil }
             s.ended = true
             return s.onEnd
@@ -478,7 +512,12 @@ public final class Channel: Sendable {
             // to be released at all).
             if !s.readEnded {
                 readSource.cancel()
-                if !s.started { readSource.activate() } else if s.readPaused { readSource.resume() }
+                if !s.started {
+                    readSource.activate()
+                } else if s.readSuspended {
+                    s.readSuspended = false
+                    readSource.resume()
+                }
             }
             writeSource.cancel()
             if !s.writeActivated { writeSource.activate() } else if !s.writeArmed { writeSource.resume() }

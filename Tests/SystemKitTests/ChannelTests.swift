@@ -140,6 +140,58 @@ import Glibc
         #expect(seen.input.withLock { $0.last } == [UInt8](repeating: 0, count: 700))
     }
 
+    /// Gathering a burst waits without spinning: the packets are there all along, and the
+    /// read source must not fire again until they are read (libdispatch re-arms a source after
+    /// each handler; an active one fired thousands of times during each wait, 2 ms of CPU per
+    /// notification in the central). One wakeup, one batch with every packet; then more
+    /// packets, paused and resumed, and a close while gathering still closes the descriptor.
+    @Test func gatheringWaitsWithoutSpinning() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1, batchLimit: 64, gather: .milliseconds(200))
+        let seen = Seen()
+        seen.start(c)
+        c.queue.sync {}  // the start's own read pass (of what was there before) is done
+        for i in 0..<10 { try SocketIO.sendAll(theirs, [UInt8(i)]) }
+        #expect(await seen.wait { seen.input.withLock { $0.count } >= 10 })
+        #expect(seen.batches.withLock { $0 } == [10], "the burst in one batch")
+        #expect(c.counts.readWakeups == 1, "one wakeup for the whole wait, not \(c.counts.readWakeups)")
+
+        c.pauseReading()
+        for i in 10..<20 { try SocketIO.sendAll(theirs, [UInt8(i)]) }
+        c.resumeReading()
+        #expect(await seen.wait { seen.input.withLock { $0.count } >= 20 })
+        try SocketIO.sendAll(theirs, [20])
+        #expect(await seen.wait { seen.input.withLock { $0.count } >= 21 }, "read again after the pause")
+        #expect(seen.input.withLock { $0 } == (0..<21).map { [UInt8($0)] }, "in order across the pause")
+        #expect(c.counts.readWakeups <= 4, "\(c.counts.readWakeups) wakeups")
+        c.close()
+    }
+
+    /// A close while a burst is gathered (the read source suspended) still closes the
+    /// descriptor, and nothing is handed on after it.
+    @Test func closeWhileGatheringReleasesTheDescriptor() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1, batchLimit: 64, gather: .seconds(2))
+        let seen = Seen()
+        seen.start(c)
+        c.queue.sync {}
+        try SocketIO.sendAll(theirs, [1])
+        let woke = Signal()
+        let watcher = Task { while !Task.isCancelled, c.counts.readWakeups == 0 { await Task.yield() }; woke.fire() }
+        defer { watcher.cancel() }
+        #expect(await woke.wait { c.counts.readWakeups == 1 }, "the packet woke the source")
+        let released = Signal(), closed = Mutex(false)
+        c.whenDescriptorClosed {
+            closed.withLock { $0 = true }
+            released.fire()
+        }
+        c.close()
+        #expect(await released.wait { closed.withLock { $0 } }, "the descriptor is closed after a close while gathering")
+        #expect(seen.input.withLock { $0 }.isEmpty, "nothing handed on after the close")
+    }
+
     /// A peer that does not read: the outbox takes up to its bound, then answers `.full`
     /// (counted); `whenRoom` fires once the peer reads; every accepted packet arrives in order.
     @Test func fullOutboxAnswersFullAndWakesWhenThereIsRoom() async throws {
