@@ -101,8 +101,7 @@ public final class Channel: Sendable {
         var writeActivated = false
         var readPaused = false
         var readEnded = false
-        var gathering = false
-        /// Whether the read source is suspended now: while paused or gathering (see
+        /// Whether the read source is suspended now: while paused (see
         /// `updateReadSuspension`), never once it is cancelled.
         var readSuspended = false
         var closed = false
@@ -124,7 +123,8 @@ public final class Channel: Sendable {
     ///     many zero bytes (only its length is known: `MSG_TRUNC`).
     ///   - batchLimit: chunks or packets handed to `onInput` at most per call.
     ///   - gather: after the first readable event of a burst, wait this long before reading,
-    ///     so packets that arrive close together are read (and handed on) together.
+    ///     so packets that arrive close together are read (and handed on) together. The wait
+    ///     blocks the channel's queue (its own thread when `queue` is nil).
     public init(fd: Int32, mode: Mode, label: String, queue: DispatchQueue? = nil, outboxLimit: Int,
                 readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero) {
         self.fd = fd
@@ -134,7 +134,12 @@ public final class Channel: Sendable {
         self.batchLimit = batchLimit
         self.gather = gather
         try? setNonBlocking(fd)
-        let q = queue ?? DispatchQueue(label: "peerlink.channel.\(label)", target: .global(qos: .userInitiated))
+        // A gathering channel blocks its queue for `gather` at each burst: its own serial queue
+        // then targets an overcommit root queue (libdispatch's default for a serial queue made
+        // without a target), which gives it a thread of its own rather than one of the shared
+        // pool's few. A channel given a queue must be allowed to block it that long.
+        let q = queue ?? (gather > .zero ? DispatchQueue(label: "peerlink.channel.\(label)")
+                                         : DispatchQueue(label: "peerlink.channel.\(label)", target: .global(qos: .userInitiated)))
         self.queue = q
         readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: q)
         writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: q)
@@ -370,43 +375,28 @@ public final class Channel: Sendable {
     }
 
     /// Suspends or resumes the read source to match what is wanted: suspended while reading
-    /// is paused or a burst is being gathered; left alone once cancelled (closed, or input
-    /// ended). Under the lock.
+    /// is paused; left alone once cancelled (closed, or input ended). Under the lock.
     private func updateReadSuspension(_ s: inout State) {
-        let want = (s.readPaused || s.gathering) && s.started && !s.closed && !s.readEnded
+        let want = s.readPaused && s.started && !s.closed && !s.readEnded
         guard want != s.readSuspended else { return }
         s.readSuspended = want
         if want { readSource.suspend() } else { readSource.resume() }
     }
 
     private func readable() {
-        guard gather > .zero else {
-            state.withLock { $0.counts.readWakeups += 1 }
-            return readLoop()
+        state.withLock { $0.counts.readWakeups += 1 }
+        if gather > .zero {
+            // Gathering: wait here, then read the burst. The channel's queue has a thread of
+            // its own while it blocks (see `init`), and libdispatch does not re-arm a source
+            // while its handler runs, so nothing fires meanwhile: one wakeup per burst, as a
+            // reader thread sleeping in poll would have. A Dispatch timer instead cost three
+            // thread hops per burst (wakeup, timer, re-arm), and with the source left active
+            // it spun (re-armed after each handler while the packets were still unread).
+            let (sec, atto) = gather.components
+            var ts = timespec(tv_sec: Int(sec), tv_nsec: Int(atto / 1_000_000_000))
+            _ = try? syscall("nanosleep") { nanosleep(&ts, nil) }
         }
-        // Gathering: the source is suspended until the burst is read. libdispatch re-arms its
-        // one-shot epoll registration after each handler, and the packets are still unread,
-        // so an active source would fire again at once, over and over for the whole wait (it
-        // cost the central 2 ms of CPU per notification).
-        let wait = state.withLock { s -> Bool in
-            s.counts.readWakeups += 1
-            if s.gathering { return false }
-            s.gathering = true
-            updateReadSuspension(&s)
-            return true
-        }
-        guard wait else { return }
-        let (sec, atto) = gather.components
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(sec) * 1_000_000_000 + Int(atto / 1_000_000_000))) { [weak self] in
-            guard let self else { return }
-            // Read the burst first, then let the source fire again: resumed before the read,
-            // its re-arm would see the same packets once more and start another wait.
-            self.readLoop()
-            self.state.withLock { s in
-                s.gathering = false
-                self.updateReadSuspension(&s)
-            }
-        }
+        readLoop()
     }
 
     /// Reads until the socket is empty (Dispatch's read sources on Linux are edge-triggered),
