@@ -140,18 +140,25 @@ import Glibc
         #expect(seen.input.withLock { $0.last } == [UInt8](repeating: 0, count: 700))
     }
 
+    /// A started packet channel that gathers bursts for `gather`, once the start's own read
+    /// pass (of what was there before) is done; `theirs` is the peer's end.
+    static func gatheringChannel(_ gather: Duration) throws -> (Channel, Seen, theirs: Int32) {
+        let (ours, theirs) = try pair(packet)
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1, batchLimit: 64, gather: gather)
+        let seen = Seen()
+        seen.start(c)
+        c.queue.sync {}
+        return (c, seen, theirs)
+    }
+
     /// Gathering a burst waits without spinning: the packets are there all along, and the
     /// read source must not fire again until they are read (libdispatch re-arms a source after
     /// each handler; a source left active during the wait fired thousands of times, 2 ms of
     /// CPU per notification in the central). One wakeup, one batch with every packet; then more
-    /// packets, paused and resumed, and a close while gathering still closes the descriptor.
+    /// packets, paused and resumed, in order.
     @Test func gatheringWaitsWithoutSpinning() async throws {
-        let (ours, theirs) = try Self.pair(Self.packet)
+        let (c, seen, theirs) = try Self.gatheringChannel(.milliseconds(200))
         defer { closeQuietly(theirs) }
-        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1, batchLimit: 64, gather: .milliseconds(200))
-        let seen = Seen()
-        seen.start(c)
-        c.queue.sync {}  // the start's own read pass (of what was there before) is done
         for i in 0..<10 { try SocketIO.sendAll(theirs, [UInt8(i)]) }
         #expect(await seen.wait { seen.input.withLock { $0.count } >= 10 })
         #expect(seen.batches.withLock { $0 } == [10], "the burst in one batch")
@@ -171,12 +178,8 @@ import Glibc
     /// A close while a burst is gathered still closes the descriptor (once the wait ends and
     /// the source's cancellation runs).
     @Test func closeWhileGatheringReleasesTheDescriptor() async throws {
-        let (ours, theirs) = try Self.pair(Self.packet)
+        let (c, _, theirs) = try Self.gatheringChannel(.milliseconds(500))
         defer { closeQuietly(theirs) }
-        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1, batchLimit: 64, gather: .milliseconds(500))
-        let seen = Seen()
-        seen.start(c)
-        c.queue.sync {}
         try SocketIO.sendAll(theirs, [1])
         let woke = Signal()
         let watcher = Task { while !Task.isCancelled, c.counts.readWakeups == 0 { await Task.yield() }; woke.fire() }
