@@ -13,8 +13,8 @@
 #   --lab      also the virtual lab's dependencies (Tests/Lab/run.sh)
 #
 # Build: a Swift toolchain (cannot be installed from here), pkg-config,
-# libdbus-1-dev, libavahi-client-dev, dbus (dbus-daemon, dbus-send), systemd
-# (busctl), avahi-utils.  Lab: qemu-system-x86, a kernel (linux-image-amd64),
+# libdbus-1-dev, libavahi-client-dev, libssl-dev, dbus (dbus-daemon,
+# dbus-send), systemd (busctl), avahi-utils, openssl, socat.  Lab: qemu-system-x86, a kernel (linux-image-amd64),
 # bluez, bluez-test-tools (btvirt), bluez-test-scripts, python3-dbus,
 # python3-gi, avahi-daemon, busybox-static, iproute2, kmod, and vng (PyPI
 # virtme-ng).  Detection looks at files and commands, so it is quick.
@@ -72,6 +72,9 @@ BUILD_DEPS=(
     "dbus|dbus-daemon, dbus-send|have_cmd dbus-daemon dbus-send"
     "systemd|busctl|have_cmd busctl"
     "avahi-utils|avahi-browse, avahi-publish|have_cmd avahi-browse avahi-publish avahi-resolve"
+    "libssl-dev|OpenSSL 3 headers (peer sessions' TLS)|have_file /usr/include/openssl/ssl.h"
+    "openssl|openssl s_client (TLS tests)|have_cmd openssl"
+    "socat|socat (peer-session tests and baselines)|have_cmd socat"
 )
 LAB_DEPS=(
     "qemu-system-x86|qemu-system-x86_64|have_cmd qemu-system-x86_64"

@@ -13,6 +13,8 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
     case noInstances(active: Int, adapter: String)
     /// BlueZ refused it.
     case refused(String)
+    /// bluetoothd refused to register it (its error, typed).
+    case registerFailed(BlueZCallError)
     /// No such advertisement.
     case unknown(String)
 
@@ -24,6 +26,7 @@ public enum AdvertiseError: Error, Sendable, CustomStringConvertible {
         case .noInstances(let active, let a):
             "maximum advertisements reached on \(a): \(active) running, no instance left"
         case .refused(let why): "bluetoothd refused the advertisement: \(why)"
+        case .registerFailed(let e): "bluetoothd refused the advertisement: \(e)"
         case .unknown(let id): "no advertisement \(id)"
         }
     }
@@ -140,7 +143,7 @@ public actor Advertiser {
             try await register(e, on: target)
         } catch {
             session.connection.unexport(e.path)
-            if case .refused(let why) = error, why.contains("Maximum advertisements") {
+            if case .registerFailed(let e) = error, e.isAdvertisingLimit {
                 throw .noInstances(active: lim.active, adapter: target.name)
             }
             throw error
@@ -217,7 +220,7 @@ public actor Advertiser {
             _ = try await session.connection.call(destination: BlueZNames.service, path: adapter.path, interface: "org.bluez.LEAdvertisingManager1",
                                                   member: "RegisterAdvertisement", [.objectPath(e.path), .propertyMap([:])], timeout: .seconds(10))
         } catch {
-            throw .refused("\(error)")
+            throw .registerFailed(BlueZCallError(error))
         }
         logger.info("advertising", ["adv.id": e.id, "adapter.name": adapter.name])
     }

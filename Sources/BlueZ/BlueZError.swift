@@ -25,7 +25,7 @@ public enum BlueZError: Error, Sendable, Hashable, CustomStringConvertible {
             "no adapter \(s); adapters present: \(known.isEmpty ? "none" : known.joined(separator: ", "))"
         case .noAdapters: "no Bluetooth adapter is present"
         case .blocked(let a):
-            "adapter \(a.name) (\(a.address)) is blocked by rfkill (power state \(a.powerState)); unblock it with 'rfkill unblock bluetooth'"
+            "adapter \(a.name) (\(a.address)) is blocked by rfkill (power state \(a.powerState))"
         case .timeout(let what): "timed out: \(what)"
         case .bus(let e): "BlueZ error \(e.name): \(e.message)"
         }
@@ -184,6 +184,12 @@ public struct BlueZCallError: Error, Sendable, Hashable, CustomStringConvertible
     /// Whether the adapter is blocked by rfkill: bluetoothd answers `org.bluez.Error.Blocked`,
     /// or (older versions) `Failed` with "Blocked through rfkill".
     public var isRFKillBlock: Bool { kind == .blocked || message.lowercased().contains("rfkill") }
+
+    /// Whether `RegisterAdvertisement` was refused because every advertising instance is in
+    /// use: bluetoothd says so only in the message ("Maximum advertisements reached").
+    public var isAdvertisingLimit: Bool {
+        (kind == .notPermitted || kind == .failed) && message.contains("Maximum advertisements")
+    }
 
     /// Whether a failed `Connect`/`ConnectDevice` is worth another attempt: BlueZ is busy, or
     /// the link attempt was aborted, cancelled or timed out. BlueZ names all of those

@@ -152,9 +152,10 @@ extension BusConnection {
         guard !box.removed else { return }
         _ = dbus_watch_handle(box.watch, flag)
         dispatchAll()
-        // Dispatch's sources on Linux are edge-triggered, but libdbus reads and writes in
-        // bounded chunks: while the watch still wants the descriptor and it is still ready,
-        // handle it again (after other work queued meanwhile), or the rest would wait forever.
+        // libdbus reads and writes in bounded chunks: while the watch still wants the
+        // descriptor and it is still ready, handle it again (after other work queued
+        // meanwhile). libdispatch re-arms the source after this handler and would fire again
+        // too; looking here keeps the rest of a burst from waiting behind that round trip.
         // Handling may have removed the watch (a disconnect): check before touching it.
         guard !box.removed, dbus_watch_get_enabled(box.watch) != 0 else { return }
         let events = Int16(flag == UInt32(DBUS_WATCH_READABLE.rawValue) ? POLLIN : POLLOUT)

@@ -198,10 +198,10 @@ final class DispatchPoll: @unchecked Sendable {
     }
 
     /// The descriptor may be ready for `kind`: ask poll(2) what it really is, call the handler,
-    /// then look again. Dispatch's sources on Linux are edge-triggered, and Avahi (through
-    /// libdbus) may take only part of the input in one call: while the watch still wants the
-    /// descriptor and it is still ready, come back (after other queued work), or the rest
-    /// would wait until some unrelated new input arrives.
+    /// then look again. Avahi (through libdbus) may take only part of the input in one call:
+    /// while the watch still wants the descriptor and it is still ready, come back (after
+    /// other queued work). libdispatch re-arms the source after the handler and would fire
+    /// again too; looking here keeps the rest of a burst from waiting behind that round trip.
     private func fire(_ w: Watch, _ kind: Int16) {
         guard !w.freed else { return }
         let wanted = w.events & kind

@@ -59,6 +59,8 @@ extension AdvertiseError: RPCErrorConvertible {
         case .noInstances: RPCError(code: RPCErrorCode.busy, message: description + "; stop one first (peerlink advertise list / stop)",
                                     data: ["kind": "no-instances"])
         case .refused: RPCError(code: RPCErrorCode.dbusError, message: description, data: ["kind": "refused"])
+        case .registerFailed(let e):
+            RPCError(code: RPCErrorCode.dbusError, message: description, data: ["kind": "refused", "name": .string(e.name)])
         case .unknown: RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: id: \(description)", data: ["kind": "unknown-advertisement"])
         }
     }

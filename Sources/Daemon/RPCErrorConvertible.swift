@@ -55,7 +55,7 @@ extension BlueZError: RPCErrorConvertible {
         case .noAdapters:
             RPCError(code: RPCErrorCode.adapterNotFound, message: description, data: ["kind": "no-adapters"])
         case .blocked(let a):
-            RPCError(code: RPCErrorCode.adapterBlocked, message: description,
+            RPCError(code: RPCErrorCode.adapterBlocked, message: description + "; unblock it with 'rfkill unblock bluetooth'",
                      data: ["kind": "rfkill-blocked", "adapter": .string(a.name), "power_state": .string(a.powerState)])
         case .timeout:
             RPCError(code: RPCErrorCode.timeout, message: description, data: ["kind": "timeout"])

@@ -141,15 +141,10 @@ public final class Channel: Sendable {
         let q = queue ?? (gather > .zero ? DispatchQueue(label: "peerlink.channel.\(label)")
                                          : DispatchQueue(label: "peerlink.channel.\(label)", target: .global(qos: .userInitiated)))
         self.queue = q
-        readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: q)
-        writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: q)
-        let sourcesDone = DispatchGroup()
-        sourcesDone.enter()
-        sourcesDone.enter()
-        readSource.setCancelHandler { sourcesDone.leave() }
-        writeSource.setCancelHandler { sourcesDone.leave() }
-        sourcesDone.notify(queue: q) { [weak self] in
-            closeQuietly(fd)
+        let watched = WatchedDescriptor(owning: fd)
+        readSource = watched.makeReadSource(queue: q)
+        writeSource = watched.makeWriteSource(queue: q)
+        watched.closeWhenCancelled(on: q) { [weak self] in
             guard let self else { return }
             for h in self.state.withLock({ s in defer { s.releaseWaiters = [] }; s.descriptorClosed = true; return s.releaseWaiters }) { h() }
         }
@@ -171,7 +166,7 @@ public final class Channel: Sendable {
             readSource.activate()
             return true
         }
-        // Input that came before the source ran is not reported again (edge-triggered).
+        // Read what is already there now instead of waiting for the source's first event.
         if go { queue.async { [weak self] in self?.readLoop() } }
     }
 
@@ -399,8 +394,8 @@ public final class Channel: Sendable {
         readLoop()
     }
 
-    /// Reads until the socket is empty (Dispatch's read sources on Linux are edge-triggered),
-    /// handing batches on; after 16 batches it comes back later, so other channels on the
+    /// Reads until the socket is empty (one wakeup for a burst: libdispatch re-arms the
+    /// source after its handler, so what is left would fire it again), handing batches on; after 16 batches it comes back later, so other channels on the
     /// pool get their turn.
     private func readLoop() {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: readLimit, alignment: 8)

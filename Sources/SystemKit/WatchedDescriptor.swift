@@ -5,9 +5,10 @@ import Glibc
 import Darwin
 #endif
 
-/// Dispatch sources for a descriptor that a C library owns (libdbus's bus socket, Avahi's
-/// sockets): the sources watch a private duplicate, closed only once every source on it has
-/// been cancelled.
+/// Dispatch sources on a descriptor that is closed only once every source on it has been
+/// cancelled (Dispatch's rule). Two uses: a descriptor that a C library owns (libdbus's bus
+/// socket, Avahi's sockets), watched through a private duplicate; and one the caller hands
+/// over (`Channel`'s socket), closed itself.
 ///
 /// Why a duplicate: libdispatch on Linux keeps one epoll registration per descriptor *number*,
 /// and a cancelled source gives its registration up only when it is next invoked (on its own
@@ -21,7 +22,7 @@ import Darwin
 /// `@unchecked Sendable`: `sources` is written only before `closeWhenCancelled()` (by the one
 /// owner that creates them) and never after; `fd` is immutable.
 public final class WatchedDescriptor: @unchecked Sendable {
-    /// The duplicate the sources watch (same open file as the original).
+    /// The descriptor the sources watch: the duplicate, or the one handed over.
     public let fd: Int32
     private let cancelled = DispatchGroup()
     private var sealed = false
@@ -29,6 +30,11 @@ public final class WatchedDescriptor: @unchecked Sendable {
     /// Duplicates `fd` (close-on-exec) for sources; the original stays its owner's.
     public init(duplicating fd: Int32) throws {
         self.fd = try syscall("fcntl", context: "F_DUPFD_CLOEXEC") { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
+    }
+
+    /// Takes `fd` over: it is closed by `closeWhenCancelled()`, not by the caller.
+    public init(owning fd: Int32) {
+        self.fd = fd
     }
 
     /// A read source on the duplicate, on `queue`. Before `closeWhenCancelled()` only.
@@ -51,11 +57,14 @@ public final class WatchedDescriptor: @unchecked Sendable {
         s.setCancelHandler { [cancelled] in cancelled.leave() }
     }
 
-    /// Closes the duplicate once every source made so far is cancelled (at once if none was).
-    /// Call once, after making the sources.
-    public func closeWhenCancelled() {
+    /// Closes the descriptor once every source made so far is cancelled (at once if none
+    /// was), then runs `closed` on `queue`. Call once, after making the sources.
+    public func closeWhenCancelled(on queue: DispatchQueue = .global(), then closed: (@Sendable () -> Void)? = nil) {
         precondition(!sealed, "WatchedDescriptor: closeWhenCancelled() called twice")
         sealed = true
-        cancelled.notify(queue: .global()) { [fd] in closeQuietly(fd) }
+        cancelled.notify(queue: queue) { [fd] in
+            closeQuietly(fd)
+            closed?()
+        }
     }
 }

@@ -7,7 +7,9 @@
 #   fd_baseline     Python reading the AcquireNotify fd (notify_bench.py central)
 #   dbus_baseline   Python with StartNotify + PropertiesChanged (central_bench.py dbus)
 # Each receiver also times scan hit -> connect -> services resolved -> first read (not the fd
-# baseline, which reads nothing). No timing assertions: exit 0 when everything was measured.
+# baseline, which reads nothing); the first-read ratio comes from a phase of its own at the end
+# (FIRST_READ_REPEAT runs of each, first read only). No timing assertions: exit 0 when
+# everything was measured.
 # BENCH_REPEAT (3): ours, ours_stream and the fd baseline run that many times, interleaved,
 # and each bench line gives the median (the emulator's speed drifts between runs).
 . "$LAB_DIR/lib.sh"
@@ -90,6 +92,45 @@ for rep in $(seq "$REPEAT"); do
     [ "$rep" != 2 ] && [ "$REPEAT" -ge 2 ] || run_one "dbus_baseline.1" "${svc}F2" cb dbus --adapter hci1
 done
 bench_report central
+
+# First read alone, ours and the Python D-Bus central in turn, FIRST_READ_REPEAT (5) times each:
+# one sample a run moves by 0.3 s between runs (the emulator), so the ratio is of medians over
+# several. A run whose scan never saw the advertisement (the emulator, as above) is noted and
+# left out; fewer than three samples of either side is a failure to measure.
+FR_REPEAT=${FIRST_READ_REPEAT:-5}
+declare -A FR=()
+first_read_one() {
+    local name=$1 svc=$2 tx first
+    shift 2
+    spawn "rx-$name" "$@" --service "$svc" --char $CHR --count 0 --size $SIZE --ready-file "$LAB_OUT/$name.ready"
+    RX_PID=$SPAWN_PID
+    sleep 3
+    spawn "tx-$name" nb peripheral --adapter hci0 --mode fd --service "$svc" --char $CHR --count 1 --size $SIZE \
+        --go-file "$LAB_OUT/$name.go" --name plbench
+    tx=$SPAWN_PID
+    wait_for 60 _gone "$RX_PID" || _lab_stop_pid "$RX_PID"
+    _lab_stop_pid "$tx"; wait "$tx" 2>/dev/null
+    first=$(sed -n 's/^FIRST_READ seconds=\([0-9.]*\).*/\1/p' "$(log_of "rx-$name")")
+    if [ -n "$first" ]; then
+        note "$name: $(grep '^FIRST_READ' "$(log_of "rx-$name")")"
+        FR[${name%.*}]+=" $first"
+    else
+        note "$name: no first read ($(tail -n 1 "$(log_of "rx-$name")")): left out"
+    fi
+    lab_forget_devices
+}
+for rep in $(seq "$FR_REPEAT"); do
+    svc=C4FB2349-72FE-4CA2-94D6-1F3CB1634$((rep % 10))
+    first_read_one "first_ours.$rep" "${svc}E0" cb ours --socket "$(pl_socket c)"
+    first_read_one "first_python.$rep" "${svc}E1" cb dbus --adapter hci1
+done
+note "first reads (s): ours${FR[first_ours]:-}; python${FR[first_python]:-}"
+for side in first_ours first_python; do
+    [ "$(wc -w <<<"${FR[$side]:-}")" -ge 3 ] || fail "$side: fewer than 3 first reads measured"
+done
+READ[ours]=$(_median "${FR[first_ours]}")
+READ[dbus_baseline]=$(_median "${FR[first_python]}")
+printf 'bench central.first_read_s=%s\nbench central.first_read_python_s=%s\n' "${READ[ours]}" "${READ[dbus_baseline]}"
 
 "$PY3" - "${BPS[ours]}" "${BPS[fd_baseline]}" "${BPS[dbus_baseline]}" "${READ[ours]}" "${READ[dbus_baseline]}" "${BPS[ours_stream]}" <<'PY' || fail "ratios"
 import sys

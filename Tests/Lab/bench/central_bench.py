@@ -11,6 +11,8 @@ the 4-byte big-endian sequence numbers that start each payload.  It prints
     READY                         (subscribed; the ready file is written)
     RESULT received=N bytes=B seconds=T rate=R bytes_per_s=BR lost=L reordered=O bad_size=Z
 
+With --count 0 it stops after the first read (disconnects and forgets the device).
+
     central_bench.py dbus --adapter hci1 --service U --char U --count N --size S --ready-file F
         Python the bleak/bluezero way: StartNotify, values as PropertiesChanged signals on a
         GLib main loop.
@@ -160,6 +162,13 @@ def dbus_central(a):
     print(f"FIRST_READ seconds={t_read - t_hit:.3f} stop={t_stopped - t_hit:.3f} "
           f"connect={t_connected - t_stopped:.3f} answer={t_connect_answered - t_stopped:.3f} "
           f"read={t_read - t_connected:.3f}", flush=True)
+    if a.count == 0:  # first read only
+        try:
+            dev.Disconnect()
+            adapter.RemoveDevice(found)
+        except dbus.exceptions.DBusException:
+            pass
+        return
 
     counter = Counter(a)
     loop = GLib.MainLoop()
@@ -301,6 +310,10 @@ def ours(a):
     # Where the time goes, step by step (the bench reads only `seconds`).
     print(f"FIRST_READ seconds={t_read - t_hit:.3f} stop={t_stopped - t_hit:.3f} "
           f"connect={t_connected - t_stopped:.3f} read={t_read - t_connected:.3f}", flush=True)
+    if a.count == 0:  # first read only
+        c.call("central.disconnect", {"address": addr})
+        c.call("central.forget", {"address": addr})
+        return
     # batch: the values that arrive together come in one event (base64), as a program that
     # wants throughput would ask for them.
     if a.stream:
