@@ -17,6 +17,8 @@ let package = Package(
                        providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CAvahi", pkgConfig: "avahi-client",
                        providers: [.apt(["libavahi-client-dev"])]),
+        // Linux's epoll, which Swift's Glibc module does not export (imported by SystemKit only).
+        .systemLibrary(name: "CEpoll"),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),
@@ -27,7 +29,7 @@ let package = Package(
         .target(name: "Arguments"),
 
         // POSIX: the one place syscalls are made and errno is turned into errors.
-        .target(name: "SystemKit"),
+        .target(name: "SystemKit", dependencies: ["CEpoll"]),
 
         // The only importer of CDBus.
         .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),

@@ -1,5 +1,7 @@
-// Host micro-benchmark behind SystemKit.Channel's choice: Dispatch sources or one epoll thread
-// of our own, for reading non-blocking sockets the way the notify path does.
+// Host micro-benchmark of SystemKit's readiness mechanism: Dispatch sources or one epoll
+// thread of our own, for reading non-blocking sockets the way the notify path does. (The
+// project now uses an epoll thread, `DescriptorWatch`, for a reason this does not measure:
+// libdispatch's epoll backend crashes under source churn.)
 //
 //   swiftc -O -import-objc-header scripts/channel-mechanism-bench.h scripts/channel-mechanism-bench.swift \
 //       -o /tmp/channel-bench && /tmp/channel-bench

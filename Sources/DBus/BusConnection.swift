@@ -21,8 +21,8 @@ public enum BusAddress: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// A connection to a message bus, driven by Dispatch: libdbus's watches and timeouts become
-/// Dispatch sources on one serial queue, so nothing polls and nothing sleeps.
+/// A connection to a message bus: libdbus's watches become `DescriptorWatch`es and its
+/// timeouts Dispatch timers, on one serial queue, so nothing polls and nothing sleeps.
 ///
 /// `@unchecked Sendable`: this class is the one owner of libdbus. Every libdbus call on the
 /// connection is made on `queue`; all mutable Swift state lives in `state`, a `Mutex`.

@@ -6,30 +6,33 @@ import SystemKit
 import Glibc
 #endif
 
-/// One libdbus watch (a descriptor libdbus wants to read or write) as Dispatch sources.
+/// One libdbus watch (a descriptor libdbus wants to read or write) as a `DescriptorWatch`.
 ///
 /// `@unchecked Sendable`: touched only on the connection's queue. `removed` is set when
 /// libdbus removes the watch; after that `watch` points to freed memory and is never used.
 final class WatchBox: @unchecked Sendable {
     let watch: OpaquePointer
-    var sources: [DispatchSourceProtocol] = []
+    /// DBUS_WATCH_READABLE and/or DBUS_WATCH_WRITABLE: what libdbus watches for.
+    let flags: UInt32
+    var descriptor: DescriptorWatch?
     var active = false
     var removed = false
 
-    init(watch: OpaquePointer) { self.watch = watch }
+    init(watch: OpaquePointer, flags: UInt32) {
+        self.watch = watch
+        self.flags = flags
+    }
 
     func setActive(_ on: Bool) {
         guard on != active else { return }
         active = on
-        for s in sources { if on { s.resume() } else { s.suspend() } }
+        descriptor?.want(read: on && flags & UInt32(DBUS_WATCH_READABLE.rawValue) != 0,
+                         write: on && flags & UInt32(DBUS_WATCH_WRITABLE.rawValue) != 0)
     }
 
     func cancel() {
-        for s in sources {
-            s.cancel()
-            if !active { s.resume() }  // a suspended source must not be released
-        }
-        sources.removeAll()
+        descriptor?.cancel()
+        descriptor = nil
     }
 }
 
@@ -100,30 +103,17 @@ extension BusConnection {
     // MARK: Watches
 
     func addWatch(_ w: OpaquePointer) -> Bool {
-        let box = WatchBox(watch: w)
-        // libdbus closes its socket right after removing the watch: the sources watch a duplicate
-        // that outlives their cancellation (see WatchedDescriptor for the lost replies this prevents).
-        guard let watched = try? WatchedDescriptor(duplicating: dbus_watch_get_unix_fd(w)) else { return false }
-        let flags = dbus_watch_get_flags(w)
-        if flags & UInt32(DBUS_WATCH_READABLE.rawValue) != 0 {
-            let s = watched.makeReadSource(queue: queue)
-            s.setEventHandler { [weak self, weak box] in
-                if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_READABLE.rawValue)) }
-            }
-            box.sources.append(s)
-        }
-        if flags & UInt32(DBUS_WATCH_WRITABLE.rawValue) != 0 {
-            let s = watched.makeWriteSource(queue: queue)
-            s.setEventHandler { [weak self, weak box] in
-                if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
-            }
-            box.sources.append(s)
-        }
-        watched.closeWhenCancelled()
-        // Sources start inactive; `activate` once, then suspend/resume for toggling.
-        for s in box.sources { s.activate() }
-        box.active = true
-        if dbus_watch_get_enabled(w) == 0 { box.setActive(false) }
+        let box = WatchBox(watch: w, flags: dbus_watch_get_flags(w))
+        // libdbus closes its socket right after removing the watch: the watch is on a
+        // duplicate that stays open until the watch is done with it.
+        guard let d = try? DescriptorWatch(duplicating: dbus_watch_get_unix_fd(w), queue: queue) else { return false }
+        d.setHandlers(onReadable: { [weak self, weak box] in
+            if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_READABLE.rawValue)) }
+        }, onWritable: { [weak self, weak box] in
+            if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
+        })
+        box.descriptor = d
+        box.setActive(dbus_watch_get_enabled(w) != 0)
         // libdbus owns the box through the watch's data and releases it with the free function.
         dbus_watch_set_data(w, Unmanaged.passRetained(box).toOpaque(), { p in
             Unmanaged<WatchBox>.fromOpaque(p!).release()

@@ -1,13 +1,13 @@
 internal import CAvahi
-// Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
+// Linux Dispatch has no Sendable annotations; its timers and queues are thread-safe.
 @preconcurrency import Dispatch
 import SystemKit
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Avahi's main-loop interface (`AvahiPoll`) served by Dispatch sources and timers on one
-/// serial queue: no thread of its own, no sleeping, no `avahi_simple_poll`.
+/// Avahi's main-loop interface (`AvahiPoll`) served by `DescriptorWatch`es and Dispatch timers
+/// on one serial queue: no thread of its own, no sleeping, no `avahi_simple_poll`.
 ///
 /// Everything here runs on `queue`. The Swift methods (`addWatch`, `addTimeout`, ...) hold
 /// the logic and are what the tests drive; the C table in `api` is a thin layer over them.
@@ -36,16 +36,12 @@ final class DispatchPoll: @unchecked Sendable {
         fileprivate(set) var freed = false
         fileprivate let handler: (Watch, Int16) -> Void
         fileprivate weak var poll: DispatchPoll?
-        /// The duplicate the sources watch: Avahi closes `fd` right after `watch_free`.
-        fileprivate let watched: WatchedDescriptor
-        fileprivate var readSource: DispatchSourceRead?
-        fileprivate var writeSource: DispatchSourceWrite?
-        fileprivate var readOn = false
-        fileprivate var writeOn = false
+        /// Readiness, on a duplicate: Avahi closes `fd` right after `watch_free`.
+        fileprivate let descriptor: DescriptorWatch
 
-        fileprivate init(fd: Int32, watched: WatchedDescriptor, events: Int16, handler: @escaping (Watch, Int16) -> Void) {
+        fileprivate init(fd: Int32, descriptor: DescriptorWatch, events: Int16, handler: @escaping (Watch, Int16) -> Void) {
             self.fd = fd
-            self.watched = watched
+            self.descriptor = descriptor
             self.events = events
             self.handler = handler
         }
@@ -112,8 +108,7 @@ final class DispatchPoll: @unchecked Sendable {
         }
     }
 
-    /// Frees the C table and cancels any watch still open (its sources must not be released
-    /// suspended). On the queue, only after the client using the table was freed.
+    /// Frees the C table and cancels any watch still open. On the queue, only after the client using the table was freed.
     func close() {
         for w in watches.values { freeWatch(w) }
         api.deinitialize(count: 1)
@@ -138,16 +133,22 @@ final class DispatchPoll: @unchecked Sendable {
     // MARK: Watches
 
     /// Starts watching `fd` for `events` (POLLIN/POLLOUT); `handler` gets what happened. Nil when
-    /// `fd` cannot be duplicated for the sources (out of descriptors): Avahi then fails the call.
+    /// `fd` cannot be duplicated for the watch (out of descriptors): Avahi then fails the call.
     func addWatch(fd: Int32, events: Int16, handler: @escaping (Watch, Int16) -> Void) -> Watch? {
-        // Sources on a duplicate, closed once they are cancelled: Avahi closes `fd` itself right
-        // after `watch_free`, and a new descriptor on that number would otherwise meet the stale
-        // Dispatch registration and never be read (see WatchedDescriptor).
-        guard let watched = try? WatchedDescriptor(duplicating: fd) else { return nil }
-        let w = Watch(fd: fd, watched: watched, events: 0, handler: handler)
+        // Watched on a duplicate, closed once the watch is cancelled: Avahi closes `fd` itself
+        // right after `watch_free`, and the number must not be reused while we still watch it.
+        guard let d = try? DescriptorWatch(duplicating: fd, queue: queue) else { return nil }
+        let w = Watch(fd: fd, descriptor: d, events: 0, handler: handler)
         w.poll = self
         w.number = nextWatch
         nextWatch += 1
+        // The handlers find the watch by number (it is the queue's, not Sendable): a freed
+        // watch is no longer in the table.
+        d.setHandlers(onReadable: { [weak self, n = w.number] in
+            if let self, let w = self.watches[n] { self.fire(w, Int16(POLLIN)) }
+        }, onWritable: { [weak self, n = w.number] in
+            if let self, let w = self.watches[n] { self.fire(w, Int16(POLLOUT)) }
+        })
         watches[w.number] = w
         updateWatch(w, events: events)
         return w
@@ -157,29 +158,7 @@ final class DispatchPoll: @unchecked Sendable {
     func updateWatch(_ w: Watch, events: Int16) {
         guard !w.freed else { return }
         w.events = events
-        let wantRead = events & Int16(POLLIN) != 0, wantWrite = events & Int16(POLLOUT) != 0
-        if wantRead, w.readSource == nil {
-            let s = w.watched.makeReadSource(queue: queue)
-            s.setEventHandler { [weak self, weak w] in if let w { self?.fire(w, Int16(POLLIN)) } }
-            w.readSource = s
-            s.activate()
-            w.readOn = true
-        } else if let s = w.readSource, wantRead != w.readOn {
-            if wantRead { s.resume() } else { s.suspend() }
-            w.readOn = wantRead
-        }
-        if wantWrite, w.writeSource == nil {
-            let s = w.watched.makeWriteSource(queue: queue)
-            s.setEventHandler { [weak self, weak w] in if let w { self?.fire(w, Int16(POLLOUT)) } }
-            w.writeSource = s
-            s.activate()
-            w.writeOn = true
-        } else if let s = w.writeSource, wantWrite != w.writeOn {
-            if wantWrite { s.resume() } else { s.suspend() }
-            w.writeOn = wantWrite
-        }
-        // A descriptor that is ready already may never produce an edge: look now.
-        if events != 0 { later(w, events) }
+        w.descriptor.want(read: events & Int16(POLLIN) != 0, write: events & Int16(POLLOUT) != 0)
     }
 
     /// Stops watching; `w` is never called again.
@@ -187,14 +166,7 @@ final class DispatchPoll: @unchecked Sendable {
         guard !w.freed else { return }
         w.freed = true
         watches[w.number] = nil
-        for (s, on) in [(w.readSource as DispatchSourceProtocol?, w.readOn), (w.writeSource, w.writeOn)] {
-            guard let s else { continue }
-            s.cancel()
-            if !on { s.resume() }  // a suspended source must be resumed to be released
-        }
-        w.readSource = nil
-        w.writeSource = nil
-        w.watched.closeWhenCancelled()
+        w.descriptor.cancel()
     }
 
     /// The descriptor may be ready for `kind`: ask poll(2) what it really is, call the handler,

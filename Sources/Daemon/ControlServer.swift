@@ -91,7 +91,7 @@ public final class ControlServer: Sendable {
 
     private struct ServerState {
         var listener: Int32 = -1
-        var acceptSource: DispatchSourceRead?
+        var acceptWatch: DescriptorWatch?
         var clients: [UInt64: ClientConnection] = [:]
         var nextID: UInt64 = 1
     }
@@ -123,27 +123,26 @@ public final class ControlServer: Sendable {
                                                     attributes: [.posixPermissions: 0o755])
         }
         let fd = try UnixSocket.listen(path: options.path, mode: mode_t(options.mode), group: options.group.map { gid_t($0) })
-        let src = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        src.setEventHandler { [weak self] in self?.acceptAll() }
-        src.setCancelHandler { closeQuietly(fd) }
+        let watch = DescriptorWatch(owning: fd, queue: queue)
+        watch.setHandlers(onReadable: { [weak self] in self?.acceptAll() }, onWritable: {})
         state.withLock {
             $0.listener = fd
-            $0.acceptSource = src
+            $0.acceptWatch = watch
         }
-        src.activate()
+        watch.want(read: true)
         logger.info("control socket listening", ["socket.path": options.path])
     }
 
     /// Stops accepting, closes every client and removes the socket file.
     public func stop() {
-        let (src, clients) = state.withLock { s -> (DispatchSourceRead?, [ClientConnection]) in
-            let r = (s.acceptSource, Array(s.clients.values))
-            s.acceptSource = nil
+        let (watch, clients) = state.withLock { s -> (DescriptorWatch?, [ClientConnection]) in
+            let r = (s.acceptWatch, Array(s.clients.values))
+            s.acceptWatch = nil
             s.clients.removeAll()
             return r
         }
-        guard let src else { return }
-        src.cancel()
+        guard let watch else { return }
+        watch.cancel()
         for c in clients { c.close() }
         unlink(options.path)
     }

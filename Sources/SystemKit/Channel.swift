@@ -18,27 +18,27 @@ import Glibc
 /// - The peer closing (end of file, `EPIPE`, `ECONNRESET`) or an error is reported once
 ///   through `onEnd`. An error closes the channel; the end of input only stops reading (a
 ///   stream client that half-closes still gets its replies).
-/// - The descriptor is closed exactly once, after both Dispatch sources are cancelled (their
-///   rule), however many times and from wherever `close()` is called.
+/// - The descriptor is closed exactly once, after its watch is cancelled and every handler
+///   has run, however many times and from wherever `close()` is called.
 ///
-/// Why Dispatch sources rather than one epoll thread of our own. Measured on the host
-/// (2 shared cores) with `scripts/channel-mechanism-bench.swift`, 510-byte packets through a
-/// packet socket pair, reading until `EAGAIN` at each wakeup:
+/// Readiness comes from a `DescriptorWatch`: one epoll thread for the process that queues
+/// each channel's handlers on the channel's serial queue. The daemon needs that queue: a
+/// control client's requests, its partial-line timer and the replies of its tasks are
+/// ordered on it, and one shared thread running every handler would put every client behind
+/// the slowest one. Measured on the host (2 shared cores) with
+/// `scripts/channel-mechanism-bench.swift`, 510-byte packets through a packet socket pair:
 ///
-/// |                        | Dispatch source  | epoll thread   |
-/// |------------------------|------------------|----------------|
-/// | stream, CPU per packet | 2.6 to 2.8 us    | 1.7 to 1.8 us  |
-/// | ping-pong, per packet  | 24 to 37 us wall | 6 to 7 us wall |
+/// |                        | Dispatch source  | epoll thread, handler on it |
+/// |------------------------|------------------|-----------------------------|
+/// | stream, CPU per packet | 2.6 to 2.8 us    | 1.7 to 1.8 us               |
+/// | ping-pong, per packet  | 24 to 37 us wall | 6 to 7 us wall              |
 ///
-/// An epoll thread is cheaper per wakeup, but only because it runs the handler on itself;
-/// handing the work on to a connection's queue costs the same hop Dispatch makes. The daemon
-/// needs that queue: a control client's requests, its partial-line timer and the replies of
-/// its tasks are ordered on it, and one shared thread running every handler would put every
-/// client behind the slowest one. Glibc does not export epoll either (a C module of our own
-/// would be needed). What the notify path lost was hops per value (reader queue, then the
-/// cooperative pool, then back), not the readiness mechanism: batched reads and quick methods
-/// answered on the connection's queue remove those, and a busy stream pays about 1 us per
-/// packet more than epoll would.
+/// Handing the work on to a queue costs the same hop for both, so speed did not decide it;
+/// Dispatch sources were first chosen for needing no C module. They were replaced because
+/// libdispatch's epoll backend crashes under source churn (see `DescriptorWatch`). What the
+/// notify path lost was hops per value (reader queue, then the cooperative pool, then back),
+/// not the readiness mechanism: batched reads and quick methods answered on the connection's
+/// queue remove those.
 public final class Channel: Sendable {
     /// What kind of socket: a byte stream, or packets kept whole (`SOCK_SEQPACKET`).
     public enum Mode: Sendable { case stream, packet }
@@ -78,8 +78,7 @@ public final class Channel: Sendable {
     private let readLimit: Int
     private let batchLimit: Int
     private let gather: Duration
-    private let readSource: DispatchSourceRead
-    private let writeSource: DispatchSourceWrite
+    private let watch: DescriptorWatch
     private let state = Mutex(State())
 
     private struct Item {
@@ -98,12 +97,8 @@ public final class Channel: Sendable {
         /// Bytes (stream) or packets (packet) waiting.
         var queued = 0
         var writeArmed = false
-        var writeActivated = false
         var readPaused = false
         var readEnded = false
-        /// Whether the read source is suspended now: while paused (see
-        /// `updateReadSuspension`), never once it is cancelled.
-        var readSuspended = false
         var closed = false
         var ended = false
         var roomWaiters: [@Sendable (Bool) -> Void] = []
@@ -141,18 +136,12 @@ public final class Channel: Sendable {
         let q = queue ?? (gather > .zero ? DispatchQueue(label: "peerlink.channel.\(label)")
                                          : DispatchQueue(label: "peerlink.channel.\(label)", target: .global(qos: .userInitiated)))
         self.queue = q
-        let watched = WatchedDescriptor(owning: fd)
-        readSource = watched.makeReadSource(queue: q)
-        writeSource = watched.makeWriteSource(queue: q)
-        watched.closeWhenCancelled(on: q) { [weak self] in
-            guard let self else { return }
-            for h in self.state.withLock({ s in defer { s.releaseWaiters = [] }; s.descriptorClosed = true; return s.releaseWaiters }) { h() }
-        }
-        readSource.setEventHandler { [weak self] in self?.readable() }
-        writeSource.setEventHandler { [weak self] in self?.flush() }
+        watch = DescriptorWatch(owning: fd, queue: q)
+        watch.setHandlers(onReadable: { [weak self] in self?.readable() }, onWritable: { [weak self] in self?.flush() })
     }
 
-    deinit { close() }
+    // No weak reference to a channel being freed may be formed: nobody waits on it anyway.
+    deinit { shut(notifying: false) }
 
     /// Starts reading: `onInput` gets what arrives, `onEnd` the peer's close or an error
     /// (once; not after `close()`). Both run on `queue`. Call once.
@@ -162,8 +151,7 @@ public final class Channel: Sendable {
             s.started = true
             s.onInput = onInput
             s.onEnd = onEnd
-            // Activated under the lock: `close` must know whether it still has to.
-            readSource.activate()
+            watch.want(read: true)
             return true
         }
         // Read what is already there now instead of waiting for the source's first event.
@@ -242,7 +230,6 @@ public final class Channel: Sendable {
         precondition(items.allSatisfy { $0.fds.isEmpty || !$0.bytes.isEmpty }, "descriptors travel with at least one byte")
         let size = mode == .stream ? items.reduce(0) { $0 + $1.bytes.count } : items.count
         var failure: SystemError?
-        var kick = false
         let answer = state.withLock { s -> Offer in
             if s.closed { return .closed }
             let empty = s.head == s.outbox.count
@@ -262,13 +249,12 @@ public final class Channel: Sendable {
             if empty {
                 switch drain(&s) {
                 case .empty: break
-                case .blocked: kick = arm(&s)
+                case .blocked: arm(&s)
                 case .failed(let e): failure = e
                 }
             }
             return .accepted
         }
-        if kick { queue.async { [weak self] in self?.flush() } }
         if let failure { fail(failure) }
         return answer
     }
@@ -311,19 +297,14 @@ public final class Channel: Sendable {
         return .empty
     }
 
-    /// Resumes the write source; true when a flush must be tried once now (readiness that came
-    /// before the source ran is not reported again).
-    private func arm(_ s: inout State) -> Bool {
-        if s.writeArmed { return false }
+    /// Asks to be told when the socket takes more. Under the lock.
+    private func arm(_ s: inout State) {
+        if s.writeArmed { return }
         s.writeArmed = true
-        if s.writeActivated { writeSource.resume() } else {
-            s.writeActivated = true
-            writeSource.activate()
-        }
-        return true
+        watch.want(write: true)
     }
 
-    /// Writes what waits (the write source fired). On the queue.
+    /// Writes what waits (the socket takes more). On the queue.
     private func flush() {
         var failure: SystemError?
         let (room, flushed) = state.withLock { s -> ([@Sendable (Bool) -> Void], [@Sendable () -> Void]) in
@@ -333,7 +314,7 @@ public final class Channel: Sendable {
             case .failed(let e): failure = e
             case .empty:
                 s.writeArmed = false
-                writeSource.suspend()
+                watch.want(write: false)
             }
             var room: [@Sendable (Bool) -> Void] = []
             var flushed: [@Sendable () -> Void] = []
@@ -354,7 +335,7 @@ public final class Channel: Sendable {
         state.withLock { s in
             guard !s.readPaused, !s.closed, !s.readEnded, s.started else { return }
             s.readPaused = true
-            updateReadSuspension(&s)
+            watch.want(read: false)
         }
     }
 
@@ -363,30 +344,22 @@ public final class Channel: Sendable {
         let go = state.withLock { s -> Bool in
             guard s.readPaused else { return false }
             s.readPaused = false
-            updateReadSuspension(&s)
+            if s.closed || s.readEnded { return false }
+            watch.want(read: true)
             return true
         }
         if go { queue.async { [weak self] in self?.readLoop() } }
-    }
-
-    /// Suspends or resumes the read source to match what is wanted: suspended while reading
-    /// is paused; left alone once cancelled (closed, or input ended). Under the lock.
-    private func updateReadSuspension(_ s: inout State) {
-        let want = s.readPaused && s.started && !s.closed && !s.readEnded
-        guard want != s.readSuspended else { return }
-        s.readSuspended = want
-        if want { readSource.suspend() } else { readSource.resume() }
     }
 
     private func readable() {
         state.withLock { $0.counts.readWakeups += 1 }
         if gather > .zero {
             // Gathering: wait here, then read the burst. The channel's queue has a thread of
-            // its own while it blocks (see `init`), and libdispatch does not re-arm a source
+            // its own while it blocks (see `init`), and the watch does not arm reading again
             // while its handler runs, so nothing fires meanwhile: one wakeup per burst, as a
-            // reader thread sleeping in poll would have. A Dispatch timer instead cost three
-            // thread hops per burst (wakeup, timer, re-arm), and with the source left active
-            // it spun (re-armed after each handler while the packets were still unread).
+            // reader thread sleeping in poll would have. A timer instead cost three thread
+            // hops per burst (wakeup, timer, re-arm), and with reading left armed it spun
+            // (armed again after each handler while the packets were still unread).
             let (sec, atto) = gather.components
             var ts = timespec(tv_sec: Int(sec), tv_nsec: Int(atto / 1_000_000_000))
             _ = try? syscall("nanosleep") { nanosleep(&ts, nil) }
@@ -394,9 +367,9 @@ public final class Channel: Sendable {
         readLoop()
     }
 
-    /// Reads until the socket is empty (one wakeup for a burst: libdispatch re-arms the
-    /// source after its handler, so what is left would fire it again), handing batches on; after 16 batches it comes back later, so other channels on the
-    /// pool get their turn.
+    /// Reads until the socket is empty (one wakeup for a burst: the watch arms reading again
+    /// after its handler, so what is left would fire it again), handing batches on; after 16
+    /// batches it comes back later, so other channels on the pool get their turn.
     private func readLoop() {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: readLimit, alignment: 8)
         defer { buffer.deallocate() }
@@ -441,13 +414,8 @@ public final class Channel: Sendable {
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
             guard !s.readEnded, !s.closed else { return nil }
             s.readEnded = true
-            // Cancelled here (a level-triggered end of file would fire again and again); a
-            // suspended source must be resumed to run its cancel handler.
-            readSource.cancel()
-            if s.readSuspended {
-                s.readSuspended = false
-                readSource.resume()
-            }
+            // Not wanted any more: an end of file stays readable and would fire again and again.
+            watch.want(read: false)
             if s.ended { return nil }
             s.ended = true
             return s.onEnd
@@ -468,8 +436,8 @@ public final class Channel: Sendable {
 
     // MARK: Closing
 
-    /// Calls `handler` once the descriptor is closed (after `close()` and Dispatch letting go
-    /// of both sources), on the queue; at once if it is closed already.
+    /// Calls `handler` once the descriptor is closed (after `close()` and every handler already
+    /// queued), on the queue; at once if it is closed already.
     public func whenDescriptorClosed(_ handler: @escaping @Sendable () -> Void) {
         let now = state.withLock { s -> Bool in
             if !s.descriptorClosed { s.releaseWaiters.append(handler) }
@@ -479,10 +447,13 @@ public final class Channel: Sendable {
     }
 
     /// Closes the channel (from any thread): the peer sees the end at once, queued writes are
-    /// dropped, waiters get false, and the descriptor is closed once Dispatch is done with it.
+    /// dropped, waiters get false, and the descriptor is closed once no handler can run.
     /// No `onEnd`. True for the first call.
     @discardableResult
-    public func close() -> Bool {
+    public func close() -> Bool { shut(notifying: true) }
+
+    @discardableResult
+    private func shut(notifying: Bool) -> Bool {
         let waiters = state.withLock { s -> ([@Sendable (Bool) -> Void], [@Sendable () -> Void])? in
             if s.closed { return nil }
             s.closed = true
@@ -493,19 +464,14 @@ public final class Channel: Sendable {
             s.onInput = nil
             s.onEnd = nil
             _ = shutdown(fd, Int32(SHUT_RDWR))
-            // A source must be activated and not suspended to run its cancel handler (and
-            // to be released at all).
-            if !s.readEnded {
-                readSource.cancel()
-                if !s.started {
-                    readSource.activate()
-                } else if s.readSuspended {
-                    s.readSuspended = false
-                    readSource.resume()
+            if notifying {
+                watch.cancel { [weak self] in
+                    guard let self else { return }
+                    for h in self.state.withLock({ s in defer { s.releaseWaiters = [] }; s.descriptorClosed = true; return s.releaseWaiters }) { h() }
                 }
+            } else {
+                watch.cancel()
             }
-            writeSource.cancel()
-            if !s.writeActivated { writeSource.activate() } else if !s.writeArmed { writeSource.resume() }
             let w = (s.roomWaiters, s.flushWaiters)
             s.roomWaiters = []
             s.flushWaiters = []

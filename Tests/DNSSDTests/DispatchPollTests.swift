@@ -25,9 +25,8 @@ import Glibc
         return condition()
     }
 
-    /// A non-blocking pipe. Its descriptors are left open when a test ends: closing one that
-    /// a Dispatch source still watches (cancellation is asynchronous) would let its number
-    /// be reused by a test running in parallel while libdispatch still tracks it.
+    /// A non-blocking pipe. Its descriptors are left open when a test ends (the adapter
+    /// watches duplicates; the originals are the test's, as Avahi's are Avahi's).
     func makePipe() -> (read: Int32, write: Int32) {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
