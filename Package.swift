@@ -27,6 +27,8 @@ let package = Package(
         .target(name: "Logging"),
         // Declarative command-line parsing for both executables.
         .target(name: "Arguments"),
+        // Peer sessions without I/O: frames, handshake and invitation machines, flow control.
+        .target(name: "Session"),
 
         // POSIX: the one place syscalls are made and errno is turned into errors.
         .target(name: "SystemKit", dependencies: ["CEpoll"]),
@@ -57,6 +59,7 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
+        .testTarget(name: "SessionTests", dependencies: ["Session"]),
     ],
     swiftLanguageModes: [.v6]
 )
