@@ -17,6 +17,8 @@ let package = Package(
                        providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CAvahi", pkgConfig: "avahi-client",
                        providers: [.apt(["libavahi-client-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),
@@ -33,6 +35,9 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),
         // The only importer of CAvahi: DNS-SD over Avahi's poll API.
         .target(name: "DNSSD", dependencies: ["CAvahi", "SystemKit", "Logging"]),
+        // The only importer of COpenSSL: TLS 1.3 over memory buffers, identities, pinning.
+        // SystemKit for the identity files (written atomically).
+        .target(name: "TLS", dependencies: ["COpenSSL", "SystemKit"]),
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
@@ -55,6 +60,7 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
+        .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
