@@ -304,7 +304,7 @@ public final class TLSConnection: @unchecked Sendable {
             let reason = entry.reason
             if reason > SSL_AD_REASON_OFFSET {
                 let alert = reason - SSL_AD_REASON_OFFSET
-                let name = String(cString: SSL_alert_desc_string_long(alert))
+                let name = alertName(alert)
                 if alert == TLS1_AD_PROTOCOL_VERSION {
                     return TLSError(.protocolVersion, "the peer refused the protocol version (alert \(name))\(detail)")
                 }

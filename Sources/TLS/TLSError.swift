@@ -108,6 +108,42 @@ func check<P>(_ pointer: P?, _ what: @autoclosure () -> String, kind: TLSError.K
     return pointer
 }
 
+/// TLS alert descriptions (RFC 8446 §6) as words, e.g. 116 → "certificate required".
+/// OpenSSL 3.0's `SSL_alert_desc_string_long` predates the TLS 1.3 alerts and calls them
+/// "unknown", so the names are kept here.
+func alertName(_ code: Int32) -> String {
+    switch code {
+    case 0: "close notify"
+    case 10: "unexpected message"
+    case 20: "bad record mac"
+    case 22: "record overflow"
+    case 40: "handshake failure"
+    case 42: "bad certificate"
+    case 43: "unsupported certificate"
+    case 44: "certificate revoked"
+    case 45: "certificate expired"
+    case 46: "certificate unknown"
+    case 47: "illegal parameter"
+    case 48: "unknown ca"
+    case 49: "access denied"
+    case 50: "decode error"
+    case 51: "decrypt error"
+    case 70: "protocol version"
+    case 71: "insufficient security"
+    case 80: "internal error"
+    case 86: "inappropriate fallback"
+    case 90: "user canceled"
+    case 109: "missing extension"
+    case 110: "unsupported extension"
+    case 112: "unrecognized name"
+    case 113: "bad certificate status response"
+    case 115: "unknown psk identity"
+    case 116: "certificate required"
+    case 120: "no application protocol"
+    default: "alert \(code)"
+    }
+}
+
 /// Lower-case hex of `bytes`, e.g. "3fa2".
 func hex(_ bytes: some Sequence<UInt8>) -> String {
     let digits: [Character] = Array("0123456789abcdef")
