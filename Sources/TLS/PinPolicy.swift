@@ -80,3 +80,14 @@ public enum Fingerprint {
         return bytes
     }
 }
+
+/// Lower-case hex of `bytes`, e.g. "3fa2".
+func hex(_ bytes: some Sequence<UInt8>) -> String {
+    let digits: [Character] = Array("0123456789abcdef")
+    var s = ""
+    for b in bytes {
+        s.append(digits[Int(b >> 4)])
+        s.append(digits[Int(b & 0x0f)])
+    }
+    return s
+}

@@ -86,7 +86,10 @@ public final class TLSConnection: @unchecked Sendable {
         // SSL_set_bio takes over one reference to each BIO; these keep ours, so each owner
         // frees its own and the order of frees does not matter.
         try check(BIO_up_ref(networkIn.pointer), "BIO_up_ref")
-        try check(BIO_up_ref(networkOut.pointer), "BIO_up_ref")
+        guard BIO_up_ref(networkOut.pointer) == 1 else {
+            BIO_free(networkIn.pointer)  // the reference the SSL was to take
+            throw OpenSSLErrors.error(.library, "BIO_up_ref")
+        }
         SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
         let box = Unmanaged.passRetained(VerifyBox(pin: pin))
         verify = box
@@ -119,7 +122,11 @@ public final class TLSConnection: @unchecked Sendable {
         defer { leave() }
         if case .failed(let error) = handshakeState { throw error }
         OpenSSLErrors.clear()
-        try MemoryBIO.append(ciphertext, to: networkIn.pointer)
+        do throws(TLSError) {
+            try MemoryBIO.append(ciphertext, to: networkIn.pointer)
+        } catch {
+            throw fail(error)
+        }
         try advance()
     }
 
@@ -147,6 +154,10 @@ public final class TLSConnection: @unchecked Sendable {
         plaintext = []
         return out
     }
+
+    /// How many decrypted bytes wait for `readPlaintext()`: a caller that cannot keep up stops
+    /// feeding (and reading its socket) while this is high; nothing here limits it.
+    public var bufferedPlaintextCount: Int { plaintext.count }
 
     /// The ciphertext waiting to be sent to the peer (empty if none).
     public func takeOutgoing() -> [UInt8] {

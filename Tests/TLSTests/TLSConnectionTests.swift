@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import TLS
 import Testing
 
@@ -258,11 +257,4 @@ import Testing
         #expect(Fingerprint.parse("ab0") == nil)
         #expect(Fingerprint.parse("+b01") == nil)
     }
-}
-
-/// Fingerprints a pin policy was called with (the policy is `@Sendable`).
-final class SeenFingerprints: Sendable {
-    private let storage = Mutex<[[UInt8]]>([])
-    func append(_ fingerprint: [UInt8]) { storage.withLock { $0.append(fingerprint) } }
-    var all: [[UInt8]] { storage.withLock { $0 } }
 }

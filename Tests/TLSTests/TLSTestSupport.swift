@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TLS
 import Testing
 
@@ -91,3 +92,10 @@ func pattern(_ count: Int, seed: UInt8 = 0) -> [UInt8] {
 /// The `openssl` command, when installed.
 let opensslPath: String? = ["/usr/bin/openssl", "/usr/local/bin/openssl"]
     .first { FileManager.default.isExecutableFile(atPath: $0) }
+
+/// Fingerprints a pin policy was called with (the policy is `@Sendable`).
+final class SeenFingerprints: Sendable {
+    private let storage = Mutex<[[UInt8]]>([])
+    func append(_ fingerprint: [UInt8]) { storage.withLock { $0.append(fingerprint) } }
+    var all: [[UInt8]] { storage.withLock { $0 } }
+}
