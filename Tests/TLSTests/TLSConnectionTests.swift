@@ -249,6 +249,52 @@ import Testing
         #expect(seen.all == [serverIdentity.fingerprint])
     }
 
+    /// Delivered a byte at a time, as a slow socket might: the handshake still completes.
+    @Test func handshakeOneByteAtATime() throws {
+        let pair = try ConnectedPair()
+        let result = pump(pair.client, pair.server, chunk: 1)
+        #expect(result.clientError == nil && result.serverError == nil)
+        #expect(pair.client.handshakeState == .done && pair.server.handshakeState == .done)
+    }
+
+    /// The verify callback's box (and so the pin policy it holds) is released with its
+    /// connection: the `Unmanaged` reference taken in `init` is given back in `deinit`.
+    @Test func thePinPolicyIsReleasedWithTheConnection() throws {
+        let tracker = Tracker()
+        weak let weakTracker = tracker
+        do {
+            let held = tracker
+            let pair = try ConnectedPair(clientPin: PinPolicy { _ in
+                _ = held
+                return .accept
+            })
+            pump(pair.client, pair.server)
+            #expect(pair.client.handshakeState == .done)
+        }
+        _ = consume tracker
+        #expect(weakTracker == nil)
+    }
+
+    /// A connection may move between threads between calls (a serial queue's items run on
+    /// any thread): here every step runs on a different queue, one at a time.
+    @Test func aConnectionMayMoveBetweenThreads() async throws {
+        let pair = try ConnectedPair()
+        for round in 0..<20 {
+            let queue = DispatchQueue(label: "tls-test-\(round)")
+            let idle = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                queue.async {
+                    let toServer = pair.client.takeOutgoing()
+                    let toClient = pair.server.takeOutgoing()
+                    _ = deliver(toServer, to: pair.server)
+                    _ = deliver(toClient, to: pair.client)
+                    continuation.resume(returning: toServer.isEmpty && toClient.isEmpty)
+                }
+            }
+            if idle { break }
+        }
+        #expect(pair.client.handshakeState == .done && pair.server.handshakeState == .done)
+    }
+
     @Test func fingerprintsParseAndPrint() {
         let bytes: [UInt8] = [0xab, 0x01, 0xff]
         #expect(Fingerprint.hexString(bytes) == "ab01ff")

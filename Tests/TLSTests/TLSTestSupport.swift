@@ -99,3 +99,6 @@ final class SeenFingerprints: Sendable {
     func append(_ fingerprint: [UInt8]) { storage.withLock { $0.append(fingerprint) } }
     var all: [[UInt8]] { storage.withLock { $0 } }
 }
+
+/// An object whose release a test can watch through a weak reference.
+final class Tracker: Sendable {}
