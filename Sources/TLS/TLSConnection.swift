@@ -93,8 +93,9 @@ public final class TLSConnection: @unchecked Sendable {
         SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
         let box = Unmanaged.passRetained(VerifyBox(pin: pin))
         verify = box
+        // Every stored property is set from here on, so a throw runs `deinit`, which gives
+        // the box's reference back: no release here.
         guard SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, box.toOpaque()) == 1 else {
-            box.release()
             throw OpenSSLErrors.error(.library, "SSL_set_ex_data")
         }
         switch role {

@@ -40,6 +40,25 @@ struct OpenSSLToolTests {
         #expect(Fingerprint.parse(value.trimmingCharacters(in: .whitespacesAndNewlines)) == identity.fingerprint)
     }
 
+    /// s_client presents a certificate other than the one the pin expects: refused, with
+    /// both fingerprints in the reason; s_client is told "handshake failure".
+    @Test func sClientWithAnotherCertificateIsRefusedByThePin() async throws {
+        let openssl = try #require(opensslPath)
+        let files = try TemporaryDirectory("s_client")
+        let presented = try await makeToolCertificate(openssl, in: files)
+        let expected = try TLSIdentity.ephemeral().fingerprint
+        let server = try TLSConnection(role: .server, identity: try TLSIdentity.ephemeral(), pin: .expect(expected))
+        let (served, tool) = try await serveOne(server, openssl: openssl,
+                                                 arguments: ["-tls1_3", "-cert", files.file("c.crt"), "-key", files.file("c.key")])
+        guard case .pinRejected(let reason)? = served.error?.kind else {
+            Issue.record("expected a pin rejection, got \(String(describing: served.error)); \(tool)")
+            return
+        }
+        #expect(reason.contains(Fingerprint.short(presented)) && reason.contains(Fingerprint.short(expected)), "\(reason)")
+        #expect(!tool.stdout.contains("hello from peerlink"))
+        #expect((tool.stdout + tool.stderr).contains("handshake failure"), "\(tool)")
+    }
+
     @Test func sClientWithTLS12IsRefused() async throws {
         let openssl = try #require(opensslPath)
         let files = try TemporaryDirectory("s_client")

@@ -72,6 +72,32 @@ import Glibc
         #expect(key.stdout.contains("prime256v1") || key.stdout.contains("P-256"), "\(key.stdout)")
     }
 
+    /// A key and certificate made by openssl itself (P-256, PKCS#8) load, with the
+    /// fingerprint openssl prints; an RSA key is refused by name.
+    @Test(.enabled(if: opensslPath != nil, "needs the openssl command"))
+    func filesMadeByOpenSSLLoad() async throws {
+        let openssl = try #require(opensslPath)
+        let directory = try TemporaryDirectory("identity")
+        let made = try await runTool(openssl, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                                               "-nodes", "-keyout", directory.file("identity.key"),
+                                               "-out", directory.file("identity.crt"), "-subj", "/CN=made-by-openssl",
+                                               "-days", "2"], timeout: 20)
+        try #require(made.status == 0, "\(made)")
+        let printed = try await runTool(openssl, ["x509", "-in", directory.file("identity.crt"), "-noout",
+                                                  "-fingerprint", "-sha256"], timeout: 20)
+        let value = try #require(printed.stdout.split(separator: "=").last.map(String.init), "\(printed)")
+        let identity = try TLSIdentity.loadOrCreate(directory: directory.path)
+        #expect(identity.fingerprint == Fingerprint.parse(value.trimmingCharacters(in: .whitespacesAndNewlines)))
+
+        let rsa = try TemporaryDirectory("identity")
+        let madeRSA = try await runTool(openssl, ["req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                                                  "-keyout", rsa.file("identity.key"), "-out", rsa.file("identity.crt"),
+                                                  "-subj", "/CN=rsa", "-days", "2"], timeout: 30)
+        try #require(madeRSA.status == 0, "\(madeRSA)")
+        let error = try #require(throws: TLSError.self) { try TLSIdentity.loadOrCreate(directory: rsa.path) }
+        #expect(error.kind == .identityFile(path: rsa.file("identity.key")), "\(error)")
+    }
+
     @Test func aCorruptKeyIsANamedErrorAndIsNotReplaced() throws {
         let directory = try TemporaryDirectory("identity")
         _ = try TLSIdentity.loadOrCreate(directory: directory.path)
