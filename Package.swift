@@ -19,6 +19,8 @@ let package = Package(
                        providers: [.apt(["libavahi-client-dev"])]),
         // Linux's epoll, which Swift's Glibc module does not export (imported by SystemKit only).
         .systemLibrary(name: "CEpoll"),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),
@@ -37,6 +39,9 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),
         // The only importer of CAvahi: DNS-SD over Avahi's poll API.
         .target(name: "DNSSD", dependencies: ["CAvahi", "SystemKit", "Logging"]),
+        // The only importer of COpenSSL: TLS 1.3 over memory buffers, identities, pinning.
+        // SystemKit for the identity files (written atomically).
+        .target(name: "TLS", dependencies: ["COpenSSL", "SystemKit"]),
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
@@ -60,6 +65,7 @@ let package = Package(
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
+        .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
