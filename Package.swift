@@ -42,6 +42,8 @@ let package = Package(
         // The only importer of COpenSSL: TLS 1.3 over memory buffers, identities, pinning.
         // SystemKit for the identity files (written atomically).
         .target(name: "TLS", dependencies: ["COpenSSL", "SystemKit"]),
+        // Peer sessions over TCP: connections (TLS, frames, the machine), the node's rules.
+        .target(name: "Peer", dependencies: ["Session", "TLS", "SystemKit", "Logging"]),
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
@@ -65,6 +67,7 @@ let package = Package(
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
+        .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
