@@ -66,6 +66,9 @@ public final class TLSIdentity: @unchecked Sendable {
     ///   that is not EC, or a certificate that is not the key's: an error of kind
     ///   `.identityFile` naming the file. Nothing is replaced then: a new key would silently
     ///   change this device's peer ID.
+    ///
+    /// One process at a time per directory (each daemon has its own state directory): two
+    /// processes making an identity at the same moment could each write a different one.
     public static func loadOrCreate(directory: String) throws(TLSError) -> TLSIdentity {
         try IdentityFiles.makeDirectory(directory)
         let keyPath = IdentityFiles.join(directory, keyFileName)
