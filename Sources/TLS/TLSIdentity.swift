@@ -105,7 +105,7 @@ public final class TLSIdentity: @unchecked Sendable {
     // MARK: Making a key and certificate
 
     /// A new P-256 key and a self-signed certificate for it: X.509 v3, subject and issuer
-    /// CN=peerlink, a random positive 127-bit serial, valid from now for `validitySeconds`,
+    /// CN=peerlink, a random positive 16-byte serial (126 random bits), valid from now for `validitySeconds`,
     /// signed with ECDSA-SHA256.
     private static func generate(directory: String?) throws(TLSError) -> TLSIdentity {
         OpenSSLErrors.clear()

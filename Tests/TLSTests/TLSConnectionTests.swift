@@ -228,6 +228,25 @@ import Testing
         #expect(error.message.contains("error:"), "OpenSSL's text is kept: \(error)")
     }
 
+    /// OpenSSL's error queue is per thread: an earlier failure's text (here a PEM parse
+    /// error) must not show up in the next error made on the same thread.
+    @Test func oneFailuresTextDoesNotLeakIntoTheNext() throws {
+        let directory = try TemporaryDirectory("leak")
+        try Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8)
+            .write(to: URL(fileURLWithPath: directory.file("identity.key")))
+        try Data().write(to: URL(fileURLWithPath: directory.file("identity.crt")))
+        let first = try #require(throws: TLSError.self) { try TLSIdentity.loadOrCreate(directory: directory.path) }
+        #expect(first.message.contains("PEM") || first.message.contains("DECODER") || first.message.contains("asn1"),
+                "\(first)")
+        let server = try TLSConnection(role: .server, identity: TLSIdentity.ephemeral(), pin: .acceptAny)
+        let second = try #require(deliver(Array(repeating: 0x16, count: 64), to: server))
+        #expect(!second.message.contains("PEM") && !second.message.contains("DECODER"), "\(second)")
+        // And a clean handshake after both still succeeds on this thread.
+        let pair = try ConnectedPair()
+        let result = pump(pair.client, pair.server)
+        #expect(result.clientError == nil && result.serverError == nil)
+    }
+
     @Test func aServerNeedsAnIdentity() {
         #expect(throws: TLSError.self) { try TLSConnection(role: .server, identity: nil, pin: .acceptAny) }
         do {
