@@ -105,8 +105,8 @@ public final class TLSIdentity: @unchecked Sendable {
     // MARK: Making a key and certificate
 
     /// A new P-256 key and a self-signed certificate for it: X.509 v3, subject and issuer
-    /// CN=peerlink, a random positive 16-byte serial (126 random bits), valid from now for `validitySeconds`,
-    /// signed with ECDSA-SHA256.
+    /// CN=peerlink, a random positive 16-byte serial (126 random bits), valid from now for
+    /// `validitySeconds`, signed with ECDSA-SHA256.
     private static func generate(directory: String?) throws(TLSError) -> TLSIdentity {
         OpenSSLErrors.clear()
         let key = try OpenSSLObject(peerlink_generate_p256_key(), "generating a P-256 key") { EVP_PKEY_free($0) }
@@ -154,7 +154,8 @@ public final class TLSIdentity: @unchecked Sendable {
 
     /// A password callback that has no password: an encrypted key fails to load instead of
     /// OpenSSL's default, which would prompt on the daemon's terminal.
-    private static let noPassword: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in 0 }
+    private static let noPassword: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32,
+                                                   UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in 0 }
 
     /// Parses a PEM private key read from `path`; it must be an EC key.
     static func parseKey(_ pem: [UInt8], path: String) throws(TLSError) -> OpenSSLObject {
