@@ -1,5 +1,5 @@
 import Foundation
-import TLS
+@testable import TLS
 import Testing
 
 /// Two `TLSConnection`s pumped into each other in memory: the handshake, data both ways, the
@@ -254,6 +254,18 @@ import Testing
         } catch {
             #expect(error.kind == .invalidState)
         }
+    }
+
+    /// Dates are not checked: a pinned certificate that expired an hour ago, or is valid only
+    /// from next year (a board whose clock is behind), still completes the handshake.
+    @Test func certificateDatesDoNotMatter() throws {
+        let expired = try TLSIdentity.ephemeral(validFrom: -7200, for: 3600)
+        let notYetValid = try TLSIdentity.ephemeral(validFrom: 365 * 24 * 3600, for: 3600)
+        let pair = try ConnectedPair(clientIdentity: expired, serverIdentity: notYetValid)
+        let result = pump(pair.client, pair.server)
+        #expect(result.clientError == nil && result.serverError == nil)
+        #expect(pair.client.peerFingerprint == notYetValid.fingerprint)
+        #expect(pair.server.peerFingerprint == expired.fingerprint)
     }
 
     /// The pin policy sees the peer's fingerprint, once per handshake.
