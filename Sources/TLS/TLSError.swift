@@ -16,7 +16,8 @@ public struct TLSError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The peer ended the connection with a fatal alert, e.g. "certificate required" when
         /// it refused our certificate (or our lack of one).
         case peerAlert(String)
-        /// The connection is closed: `close()` was called, or the peer sent close_notify.
+        /// Our side is closed: a write after `close()` (or after OpenSSL shut the connection).
+        /// The peer's close_notify is not an error: it shows as `TLSConnection.peerClosed`.
         case closed
         /// The record layer failed after the handshake (a corrupt or forged record, a memory
         /// buffer that could not grow).

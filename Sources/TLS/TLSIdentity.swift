@@ -66,6 +66,9 @@ public final class TLSIdentity: @unchecked Sendable {
     ///   that is not EC, or a certificate that is not the key's: an error of kind
     ///   `.identityFile` naming the file. Nothing is replaced then: a new key would silently
     ///   change this device's peer ID.
+    ///
+    /// One process at a time per directory (each daemon has its own state directory): two
+    /// processes making an identity at the same moment could each write a different one.
     public static func loadOrCreate(directory: String) throws(TLSError) -> TLSIdentity {
         try IdentityFiles.makeDirectory(directory)
         let keyPath = IdentityFiles.join(directory, keyFileName)
@@ -99,12 +102,19 @@ public final class TLSIdentity: @unchecked Sendable {
         try generate(directory: nil)
     }
 
+    /// An ephemeral identity whose certificate is valid from `start` seconds from now for
+    /// `duration` seconds: for tests of certificates that expired or are not yet valid.
+    static func ephemeral(validFrom start: Int, for duration: Int) throws(TLSError) -> TLSIdentity {
+        try generate(directory: nil, validFrom: start, for: duration)
+    }
+
     // MARK: Making a key and certificate
 
     /// A new P-256 key and a self-signed certificate for it: X.509 v3, subject and issuer
-    /// CN=peerlink, a random positive 127-bit serial, valid from now for `validitySeconds`,
-    /// signed with ECDSA-SHA256.
-    private static func generate(directory: String?) throws(TLSError) -> TLSIdentity {
+    /// CN=peerlink, a random positive 16-byte serial (126 random bits), valid from now for
+    /// `validitySeconds`, signed with ECDSA-SHA256.
+    private static func generate(directory: String?, validFrom start: Int = 0,
+                                 for duration: Int = validitySeconds) throws(TLSError) -> TLSIdentity {
         OpenSSLErrors.clear()
         let key = try OpenSSLObject(peerlink_generate_p256_key(), "generating a P-256 key") { EVP_PKEY_free($0) }
         let certificate = try OpenSSLObject(X509_new(), "X509_new") { X509_free($0) }
@@ -117,8 +127,8 @@ public final class TLSIdentity: @unchecked Sendable {
         let number = try OpenSSLObject(BN_bin2bn(serial, Int32(serial.count), nil), "BN_bin2bn") { BN_free($0) }
         _ = try check(BN_to_ASN1_INTEGER(number.pointer, X509_get_serialNumber(x509)), "BN_to_ASN1_INTEGER")
 
-        _ = try check(X509_gmtime_adj(X509_getm_notBefore(x509), 0), "X509_gmtime_adj(notBefore)")
-        _ = try check(X509_gmtime_adj(X509_getm_notAfter(x509), validitySeconds), "X509_gmtime_adj(notAfter)")
+        _ = try check(X509_gmtime_adj(X509_getm_notBefore(x509), start), "X509_gmtime_adj(notBefore)")
+        _ = try check(X509_gmtime_adj(X509_getm_notAfter(x509), start + duration), "X509_gmtime_adj(notAfter)")
 
         let name = try check(X509_get_subject_name(x509), "X509_get_subject_name")
         let cn = Array(commonName.utf8)
@@ -151,7 +161,8 @@ public final class TLSIdentity: @unchecked Sendable {
 
     /// A password callback that has no password: an encrypted key fails to load instead of
     /// OpenSSL's default, which would prompt on the daemon's terminal.
-    private static let noPassword: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in 0 }
+    private static let noPassword: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32,
+                                                   UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in 0 }
 
     /// Parses a PEM private key read from `path`; it must be an EC key.
     static func parseKey(_ pem: [UInt8], path: String) throws(TLSError) -> OpenSSLObject {

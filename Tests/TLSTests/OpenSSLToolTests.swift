@@ -79,6 +79,7 @@ struct OpenSSLToolTests {
         #expect(served.error?.kind == .peerCertificateMissing, "\(String(describing: served.error)); \(tool)")
         #expect(server.peerFingerprint == nil)
         #expect(!tool.stdout.contains("hello from peerlink"))
+        #expect((tool.stdout + tool.stderr).contains("certificate required"), "\(tool)")
     }
 
     /// The other direction: our client against `openssl s_server -Verify 1` (which requires

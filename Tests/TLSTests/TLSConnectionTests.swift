@@ -1,5 +1,5 @@
 import Foundation
-import TLS
+@testable import TLS
 import Testing
 
 /// Two `TLSConnection`s pumped into each other in memory: the handshake, data both ways, the
@@ -228,6 +228,25 @@ import Testing
         #expect(error.message.contains("error:"), "OpenSSL's text is kept: \(error)")
     }
 
+    /// OpenSSL's error queue is per thread: an earlier failure's text (here a PEM parse
+    /// error) must not show up in the next error made on the same thread.
+    @Test func oneFailuresTextDoesNotLeakIntoTheNext() throws {
+        let directory = try TemporaryDirectory("leak")
+        try Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8)
+            .write(to: URL(fileURLWithPath: directory.file("identity.key")))
+        try Data().write(to: URL(fileURLWithPath: directory.file("identity.crt")))
+        let first = try #require(throws: TLSError.self) { try TLSIdentity.loadOrCreate(directory: directory.path) }
+        #expect(first.message.contains("PEM") || first.message.contains("DECODER") || first.message.contains("asn1"),
+                "\(first)")
+        let server = try TLSConnection(role: .server, identity: TLSIdentity.ephemeral(), pin: .acceptAny)
+        let second = try #require(deliver(Array(repeating: 0x16, count: 64), to: server))
+        #expect(!second.message.contains("PEM") && !second.message.contains("DECODER"), "\(second)")
+        // And a clean handshake after both still succeeds on this thread.
+        let pair = try ConnectedPair()
+        let result = pump(pair.client, pair.server)
+        #expect(result.clientError == nil && result.serverError == nil)
+    }
+
     @Test func aServerNeedsAnIdentity() {
         #expect(throws: TLSError.self) { try TLSConnection(role: .server, identity: nil, pin: .acceptAny) }
         do {
@@ -235,6 +254,18 @@ import Testing
         } catch {
             #expect(error.kind == .invalidState)
         }
+    }
+
+    /// Dates are not checked: a pinned certificate that expired an hour ago, or is valid only
+    /// from next year (a board whose clock is behind), still completes the handshake.
+    @Test func certificateDatesDoNotMatter() throws {
+        let expired = try TLSIdentity.ephemeral(validFrom: -7200, for: 3600)
+        let notYetValid = try TLSIdentity.ephemeral(validFrom: 365 * 24 * 3600, for: 3600)
+        let pair = try ConnectedPair(clientIdentity: expired, serverIdentity: notYetValid)
+        let result = pump(pair.client, pair.server)
+        #expect(result.clientError == nil && result.serverError == nil)
+        #expect(pair.client.peerFingerprint == notYetValid.fingerprint)
+        #expect(pair.server.peerFingerprint == expired.fingerprint)
     }
 
     /// The pin policy sees the peer's fingerprint, once per handshake.
