@@ -74,9 +74,18 @@ public final class PeerConnection: Sendable {
 
     /// Starts reading and sends HELLO.
     public func start() {
-        channel.start(onInput: { [weak self] chunks in self?.received(chunks) },
-                      onEnd: { [weak self] _ in self?.run(.transportClosed) })
-        input(.start)
+        // HELLO goes first: the peer's may already be waiting in the socket, and the machine
+        // must have started before it reads it.
+        queue.async { [self] in
+            run(.start)
+            // The end may be reported from inside a `send` (a write that fails), which runs
+            // under this connection's lock: take it up after that, on the queue.
+            channel.start(onInput: { [weak self] chunks in self?.received(chunks) },
+                          onEnd: { [weak self] _ in
+                guard let self else { return }
+                self.queue.async { self.run(.transportClosed) }
+            })
+        }
     }
 
     // MARK: Commands (from any thread; carried out on the queue, in order)

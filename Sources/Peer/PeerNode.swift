@@ -205,10 +205,12 @@ public final class PeerNode: Sendable {
 
     private func handle(_ c: PeerConnection, _ e: ConnectionEvent) {
         switch e {
-        case .hello(let h):
-            resolveDuplicate(c, h.peerID)
-        case .secured:
+        case .hello:
             break
+        case .secured(let peer, _, _):
+            // Only once the identity is verified (TLS): a forged HELLO must not be able to
+            // close someone's real connection.
+            resolveDuplicate(c, peer)
         case .invitation(let inv):
             invited(c, inv)
         case .connected:

@@ -82,8 +82,10 @@ public struct HostPort: Sendable, Hashable, CustomStringConvertible {
 public enum TCPSocket {
     /// Opens a non-blocking listener on `port` (0: one the kernel picks) on every address: IPv6
     /// with IPv4 mapped in (one socket for both), or IPv4 alone where IPv6 is off. `loopback`:
-    /// `::1` (or `127.0.0.1`) only. Returns the descriptor and the port it listens on.
+    /// `127.0.0.1` only (tests; IPv4's loopback is there even where IPv6 is off). Returns the
+    /// descriptor and the port it listens on.
     public static func listen(port: UInt16, loopback: Bool = false, backlog: Int32 = 128) throws -> (fd: Int32, port: UInt16) {
+        if loopback { return try listen(family: AF_INET, port: port, loopback: true, backlog: backlog) }
         do {
             return try listen(family: AF_INET6, port: port, loopback: loopback, backlog: backlog)
         } catch let e as SystemError where e.code == EAFNOSUPPORT || e.code == EADDRNOTAVAIL {
