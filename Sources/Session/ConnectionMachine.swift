@@ -35,6 +35,12 @@ public struct ConnectionMachine: Sendable {
     private var armed: ContinuousClock.Instant?
     private var fragmenter = MessageFragmenter()
     private var assembler = MessageAssembler()
+    /// What this side may still send (grown by the peer's CREDIT frames).
+    public private(set) var sendCredit = SendCredit()
+    /// What the peer may still send; MESSAGE bytes are consumed as they arrive (a partial
+    /// message must not stall on its own window), resource and stream bytes when the
+    /// caller says (`consumed`).
+    private var receiveCredit = ReceiveCredit()
 
     /// A machine for a connection this side dialled (`.dialer`) or accepted (`.listener`).
     public init(config: ConnectionConfig, role: Role) {
@@ -69,9 +75,11 @@ public struct ConnectionMachine: Sendable {
                 out.append(.send(.unreliable(bytes)))
             }
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
+        case .consumed(let id, let bytes):
+            if state == .connected, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
         case .tick: tick(now, &out)
         }
-        rearm(&out)
+        rearm(now, &out)
         return out
     }
 
@@ -235,23 +243,52 @@ public struct ConnectionMachine: Sendable {
         case (.invited, .inviteReply(let r)):
             reply(r, now, &out)
         case (.connected, .message(let m)):
+            guard count(f, now, &out) else { return }
             do {
                 if let whole = try assembler.receive(m) { out.append(.emit(.message(whole))) }
             } catch {
-                fail(error.reason, error.detail, now, &out)
+                return fail(error.reason, error.detail, now, &out)
             }
+            if let credit = receiveCredit.consumed(f.flowControlledBytes, on: 0) { out.append(.send(credit)) }
         case (.connected, .unreliable(let d)):
             out.append(.emit(.datagram(d)))
-        case (.connected, .credit), (.connected, .resourceOffer), (.connected, .resourceAccept), (.connected, .resourceDecline),
-             (.connected, .resourceData), (.connected, .resourceDone), (.connected, .resourceCancel),
-             (.connected, .streamOpen), (.connected, .streamData), (.connected, .streamClose):
+        case (.connected, .credit(let id, let streamBytes, let connectionBytes)):
+            do {
+                try sendCredit.grant(streamBytes: streamBytes, connectionBytes: connectionBytes, on: id)
+            } catch {
+                fail(.flowControl, error.detail, now, &out)
+            }
+        case (.connected, .resourceData), (.connected, .streamData):
+            guard count(f, now, &out) else { return }
+            out.append(.emit(.frame(f)))
+        case (.connected, .resourceOffer), (.connected, .resourceAccept), (.connected, .resourceDecline),
+             (.connected, .resourceDone), (.connected, .resourceCancel), (.connected, .streamOpen), (.connected, .streamClose):
             out.append(.emit(.frame(f)))
         default:
             fail(.protocolError, "\(f.type) is not allowed \(Self.describe(state)) (this side is the \(role == .dialer ? "dialer" : "listener"))", now, &out)
         }
     }
 
+    /// Counts a flow-controlled frame against the peer's window; false (and the
+    /// connection closing with `flow-control`) when the peer sent more than it was granted.
+    private mutating func count(_ f: Frame, _ now: ContinuousClock.Instant, _ out: inout [ConnectionAction]) -> Bool {
+        do {
+            try receiveCredit.received(f.flowControlledBytes, on: f.streamID)
+            return true
+        } catch {
+            fail(.flowControl, error.detail, now, &out)
+            return false
+        }
+    }
+
     // MARK: sending
+
+    /// The next frame to write from `scheduler`, within the credit the peer has granted.
+    /// The caller queues the frames of `.send` actions in its scheduler and writes what
+    /// this returns whenever the transport can take more.
+    public mutating func nextFrame(from scheduler: inout SendScheduler) -> Frame? {
+        scheduler.next(credit: &sendCredit)
+    }
 
     private mutating func sendMessage(_ bytes: [UInt8], _ out: inout [ConnectionAction]) {
         guard state == .connected else { return refuse("send", &out) }
@@ -298,12 +335,21 @@ public struct ConnectionMachine: Sendable {
         }
     }
 
-    private mutating func rearm(_ out: inout [ConnectionAction]) {
+    /// Arms the timer for the next deadline. A deadline that moved later (every frame heard
+    /// moves liveness on) keeps the earlier timer: its tick finds nothing to do and arms the
+    /// later one, so a busy connection does not re-arm a timer per frame.
+    private mutating func rearm(_ now: ContinuousClock.Instant, _ out: inout [ConnectionAction]) {
+        if let a = armed, a <= now { armed = nil }
         let next: ContinuousClock.Instant?
         if case .closed = state { next = nil } else { next = nextDeadline }
-        guard next != armed else { return }
+        guard let next else {
+            if armed != nil { out.append(.cancelTimer) }
+            armed = nil
+            return
+        }
+        if let a = armed, a <= next { return }
         armed = next
-        out.append(next.map { .armTimer(at: $0) } ?? .cancelTimer)
+        out.append(.armTimer(at: next))
     }
 
     // MARK: closing
