@@ -47,6 +47,8 @@ public struct SessionTable: Sendable {
         var connected = false
         /// Lost the tie-break: closed by the table, no longer a rival.
         var superseded = false
+        /// Its invitation was let through (`ask` or `accept`): it holds a place.
+        var admitted = false
         /// Order of registration: newer connections have larger numbers.
         var serial: UInt64
     }
@@ -79,6 +81,23 @@ public struct SessionTable: Sendable {
     /// Connections the table knows (any phase).
     public var connectionCount: Int { entries.count }
 
+    /// Peers that hold a place: connected, being dialled, or whose invitation is being
+    /// answered. Counted by peer, so the two connections of a race take one place.
+    public var occupiedPeers: Set<PeerID> {
+        var peers = Set(reported.keys)
+        for e in entries.values where !e.superseded && !e.connected && (e.dialledByUs || e.admitted) {
+            if let p = e.peer { peers.insert(p) }
+        }
+        return peers
+    }
+
+    /// Whether one more peer (other than `peer`) would exceed the limit.
+    private func isFull(for peer: PeerID) -> Bool {
+        var occupied = occupiedPeers
+        occupied.remove(peer)
+        return occupied.count >= maxPeers
+    }
+
     /// The connection reported for `peer`, if its session is up.
     public func connection(for peer: PeerID) -> ConnectionID? { reported[peer] }
 
@@ -89,7 +108,7 @@ public struct SessionTable: Sendable {
     public mutating func dialing(_ id: ConnectionID, to peer: PeerID) -> Reason? {
         if peer == localID { return .selfConnection }
         if reported[peer] != nil { return .duplicate }
-        if reported.count >= maxPeers { return .full }
+        if isFull(for: peer) { return .full }
         serial += 1
         entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial)
         return nil
@@ -142,7 +161,8 @@ public struct SessionTable: Sendable {
         guard let entry = entries[id], let peer = entry.peer else { return .decline(.protocolError) }
         if entry.superseded { return .decline(.duplicate) }
         if reported[peer] != nil { return .decline(.duplicate) }
-        if reported.count >= maxPeers { return .decline(.full) }
+        if isFull(for: peer) { return .decline(.full) }
+        entries[id]?.admitted = true
         return wanted.contains(peer) ? .accept : .ask
     }
 

@@ -107,6 +107,26 @@ import Testing
         #expect(t.closed(3, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Fixtures.peer(3), .normal)])
         #expect(t.invitation(on: 9) == .ask)
         #expect(SessionTable(localID: Self.low, maxPeers: 100).maxPeers == 64)
+    }
+
+    @Test func invitationsBeingAnsweredAndDialsHoldAPlace() {
+        var t = SessionTable(localID: Fixtures.peer(0), maxPeers: 3)
+        #expect(t.dialing(1, to: Fixtures.peer(1)) == nil)
+        t.accepted(2)
+        _ = t.identified(2, as: Fixtures.peer(2))
+        #expect(t.invitation(on: 2) == .ask)
+        // The race's two connections to one peer take one place.
+        #expect(t.dialing(3, to: Fixtures.peer(3)) == nil)
+        t.accepted(4)
+        #expect(t.identified(4, as: Fixtures.peer(3)) == [.close(4, .duplicate)])
+        #expect(t.occupiedPeers.count == 3)
+        t.accepted(5)
+        _ = t.identified(5, as: Fixtures.peer(5))
+        #expect(t.invitation(on: 5) == .decline(.full))
+        #expect(t.dialing(6, to: Fixtures.peer(6)) == .full)
+        // A dial that failed frees its place.
+        _ = t.closed(1, reason: .timeout, now: Self.t0, random: 0.5)
+        #expect(t.invitation(on: 5) == .ask)
         #expect(SessionTable(localID: Self.low, maxPeers: 0).maxPeers == 1)
     }
 
