@@ -76,7 +76,7 @@ public struct ConnectionMachine: Sendable {
             }
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
         case .consumed(let id, let bytes):
-            if state == .connected, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
+            if state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
         case .tick: tick(now, &out)
         }
         rearm(now, &out)
@@ -224,7 +224,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(reason, detail: text.isEmpty ? "closed by the peer" : text, byPeer: true)))
             state = .closed(reason)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(reason))
             return
         }
         lastHeard = now
@@ -325,7 +325,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(.lost, detail: "nothing heard for \(silence) (\(config.missedPings) PINGs unanswered)", byPeer: false)))
             state = .closed(.lost)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(.lost))
             return
         }
         while pingsSent < config.missedPings, now >= lastHeard + config.pingInterval * (pingsSent + 1) {
@@ -362,7 +362,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(reason, detail: text, byPeer: byPeer)))
             state = .closed(reason)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(reason))
         default:
             out.append(.send(.close(reason, text: Self.clip(text, to: Wire.maxCloseText))))
             out.append(.emit(.disconnected(reason, detail: text, byPeer: byPeer)))
@@ -384,7 +384,7 @@ public struct ConnectionMachine: Sendable {
         guard case .closing(let reason) = state else { return }
         state = .closed(reason)
         stateDeadline = nil
-        out.append(.closeTransport)
+        out.append(.closeTransport(reason))
     }
 
     private mutating func transportClosed(_ out: inout [ConnectionAction]) {

@@ -109,8 +109,9 @@ public enum ConnectionAction: Sendable, Hashable {
     case armTimer(at: ContinuousClock.Instant)
     /// No timer is needed.
     case cancelTimer
-    /// Close the byte stream once the frames already sent are flushed.
-    case closeTransport
+    /// Close the byte stream, with this reason (for the log), once the frames already sent
+    /// are flushed (in TLS: after close_notify).
+    case closeTransport(Reason)
 }
 
 /// What the application hears.

@@ -87,7 +87,7 @@ import Testing
         #expect(closeSent)
         #expect(m.state == .closing(.protocolError))
         // The peer's CLOSE (or the grace) ends it.
-        #expect(m.handle(.frame(.close(.normal, text: "")), now: Self.t0).contains(.closeTransport))
+        #expect(m.handle(.frame(.close(.normal, text: "")), now: Self.t0).contains(.closeTransport(.protocolError)))
         #expect(m.state == .closed(.protocolError))
     }
 
@@ -114,7 +114,7 @@ import Testing
         let actions = m.handle(.tlsEstablished(certificateID: Fixtures.peer(3), pairingCode: code), now: Self.t0)
         // During TLS no CLOSE frame can be sent: the transport is just closed.
         #expect(Self.drop(actions).0 == .identityMismatch && !Self.drop(actions).closeSent)
-        #expect(actions.contains(.closeTransport))
+        #expect(actions.contains(.closeTransport(.identityMismatch)))
         #expect(m.state == .closed(.identityMismatch))
     }
 
@@ -132,7 +132,7 @@ import Testing
     @Test func thePeersCloseAndTheStreamsEnd() {
         var m = Self.connected(.dialer)
         let actions = m.handle(.frame(.close(.shuttingDown, text: "bye")), now: Self.t0)
-        #expect(actions.contains(.emit(.disconnected(.shuttingDown, detail: "bye", byPeer: true))) && actions.contains(.closeTransport))
+        #expect(actions.contains(.emit(.disconnected(.shuttingDown, detail: "bye", byPeer: true))) && actions.contains(.closeTransport(.shuttingDown)))
         #expect(m.handle(.transportClosed, now: Self.t0).isEmpty)
         var n = Self.connected(.listener)
         #expect(n.handle(.transportClosed, now: Self.t0).contains(.emit(.disconnected(.transportClosed, detail: "the connection ended without CLOSE", byPeer: true))))
@@ -141,7 +141,7 @@ import Testing
         let closing = o.handle(.close(.normal, text: "done"), now: Self.t0)
         #expect(closing.prefix(2) == [.send(.close(.normal, text: "done")), .emit(.disconnected(.normal, detail: "done", byPeer: false))])
         #expect(closing.last == .armTimer(at: Self.t0 + .seconds(1)))
-        #expect(o.handle(.tick, now: Self.t0 + .seconds(1)) == [.closeTransport])  // the timer fired: nothing to cancel
+        #expect(o.handle(.tick, now: Self.t0 + .seconds(1)) == [.closeTransport(.normal)])  // the timer fired: nothing to cancel
         // A long text is cut to the limit, at a character boundary.
         var p = Self.connected(.listener)
         let long = String(repeating: "é", count: 200)
