@@ -120,8 +120,10 @@ public struct SessionTable: Sendable {
         entries[id] = Entry(peer: nil, dialledByUs: false, serial: serial)
     }
 
-    /// The connection's peer is known (its HELLO, verified by TLS when encrypted). Applies
-    /// the tie-break against every other live connection to the same peer.
+    /// The connection's peer is known: call on the machine's `.secured` event (the HELLO's
+    /// ID, verified by TLS when encrypted), never on the unverified `.hello`, or a forged
+    /// claim could close a real connection. Applies the tie-break against every other live
+    /// connection to the same peer.
     public mutating func identified(_ id: ConnectionID, as peer: PeerID) -> [Action] {
         guard var entry = entries[id], !entry.superseded else { return [] }
         entry.peer = peer
