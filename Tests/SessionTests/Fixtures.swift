@@ -109,14 +109,15 @@ struct MachineLink {
     static let listenerID = Fixtures.peer(0x20)
 
     init(dialer: EncryptionPreference = .optional, listener: EncryptionPreference = .optional,
+         ids: (dialer: PeerID, listener: PeerID) = (dialerID, listenerID), start: ContinuousClock.Instant = .now,
          configure: (inout ConnectionConfig, Side) -> Void = { _, _ in }) {
-        var dc = ConnectionConfig(localID: Self.dialerID, displayName: "dialer", encryption: dialer, expectedPeer: Self.listenerID)
-        var lc = ConnectionConfig(localID: Self.listenerID, displayName: "listener", encryption: listener)
+        var dc = ConnectionConfig(localID: ids.dialer, displayName: "dialer", encryption: dialer, expectedPeer: ids.listener)
+        var lc = ConnectionConfig(localID: ids.listener, displayName: "listener", encryption: listener)
         configure(&dc, .dialer)
         configure(&lc, .listener)
         machines = [.dialer: ConnectionMachine(config: dc, role: .dialer), .listener: ConnectionMachine(config: lc, role: .listener)]
-        certificate = [.dialer: Self.dialerID, .listener: Self.listenerID]
-        t0 = ContinuousClock.now
+        certificate = [.dialer: ids.dialer, .listener: ids.listener]
+        t0 = start
         now = t0
     }
 
