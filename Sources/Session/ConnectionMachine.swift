@@ -290,6 +290,39 @@ public struct ConnectionMachine: Sendable {
         scheduler.next(credit: &sendCredit)
     }
 
+    /// The answer to `send(message:into:)` and `send(datagram:into:)`.
+    public enum SendResult: Sendable, Hashable {
+        /// Queued in the scheduler.
+        case queued
+        /// The peer's queue is over its memory limit: nothing was queued (try later).
+        case busy
+        /// A datagram dropped: the unreliable lane was full.
+        case dropped
+        /// Not allowed now, or too large: why.
+        case refused(String)
+    }
+
+    /// Sends a reliable message through `scheduler` in one step: checks the state, the size
+    /// and the scheduler's room first, so a `busy` answer leaves no gap in the message ids.
+    public mutating func send(message: [UInt8], into scheduler: inout SendScheduler) -> SendResult {
+        guard state == .connected else { return .refused("not allowed \(Self.describe(state))") }
+        guard message.count <= Wire.maxMessage else { return .refused("the message is \(message.count) bytes, at most \(Wire.maxMessage)") }
+        guard scheduler.canAccept(byteCount: message.count) else { return .busy }
+        guard let frames = try? fragmenter.fragments(of: message) else { return .refused("the message is too large") }
+        return scheduler.enqueue(frames) == .queued ? .queued : .busy
+    }
+
+    /// Sends an unreliable datagram through `scheduler`.
+    public mutating func send(datagram: [UInt8], into scheduler: inout SendScheduler) -> SendResult {
+        guard state == .connected else { return .refused("not allowed \(Self.describe(state))") }
+        guard datagram.count <= Wire.maxPayload else { return .refused("a datagram is at most \(Wire.maxPayload) bytes, got \(datagram.count)") }
+        switch scheduler.enqueue(.unreliable(datagram)) {
+        case .queued: return .queued
+        case .dropped: return .dropped
+        case .busy: return .busy
+        }
+    }
+
     private mutating func sendMessage(_ bytes: [UInt8], _ out: inout [ConnectionAction]) {
         guard state == .connected else { return refuse("send", &out) }
         do {

@@ -61,8 +61,8 @@ public enum SendLane: Int, Sendable, Hashable, CaseIterable {
 /// Control frames are bounded by count (`maxControlFrames`), not bytes.
 ///
 /// Messages: `ConnectionMachine` numbers a message when it cuts it into fragments, so a
-/// message refused here would leave a gap in the ids; the caller asks `canAccept` first
-/// and feeds the machine only then.
+/// message refused here would leave a gap in the ids; `ConnectionMachine.send(message:into:)`
+/// asks `canAccept` before numbering.
 public struct SendScheduler: Sendable {
     /// The answer to `enqueue`.
     public enum EnqueueResult: Sendable, Hashable {

@@ -208,6 +208,25 @@ import Testing
         #expect(credits >= 20 && rounds >= 12 && scheduler.queuedBytes == 0)
     }
 
+    @Test func sendingThroughTheSchedulerAnswersBusyWithoutLosingAnID() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var scheduler = SendScheduler(maxQueuedBytes: 100_000, maxUnreliableFrames: 1)
+        #expect(dialer.send(message: [UInt8](repeating: 1, count: 90_000), into: &scheduler) == .queued)
+        #expect(dialer.send(message: [UInt8](repeating: 2, count: 20_000), into: &scheduler) == .busy)
+        #expect(dialer.send(datagram: [1], into: &scheduler) == .queued)
+        #expect(dialer.send(datagram: [2], into: &scheduler) == .dropped)
+        #expect(dialer.send(message: [UInt8](repeating: 0, count: Wire.maxMessage + 1), into: &scheduler)
+                == .refused("the message is 16777217 bytes, at most 16777216"))
+        var ids: [UInt32] = []
+        while let f = dialer.nextFrame(from: &scheduler) { if case .message(let m) = f { ids.append(m.messageID) } }
+        #expect(dialer.send(message: [3], into: &scheduler) == .queued)
+        while let f = dialer.nextFrame(from: &scheduler) { if case .message(let m) = f { ids.append(m.messageID) } }
+        // The busy message took no id: the receiver sees 1 then 2.
+        #expect(ids == [1, 1, 2])
+        var ready = ConnectionRulesTests.ready(.dialer)
+        #expect(ready.send(message: [1], into: &scheduler) == .refused("not allowed before the invitation"))
+    }
+
     @Test func aSenderStallsWithoutCredit() {
         var dialer = ConnectionRulesTests.connected(.dialer)
         var scheduler = SendScheduler()
