@@ -118,6 +118,18 @@ import Testing
         #expect(m.state == .closed(.identityMismatch))
     }
 
+    @Test func aPlainCloseWhereTLSWasExpectedIsTheDialersRefusal() {
+        // The dialer found another peer than it dialled and closed in plain text; the
+        // listener, already securing, reads that CLOSE instead of a ClientHello.
+        var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .optional), role: .listener)
+        _ = m.handle(.start, now: Self.t0)
+        _ = m.handle(.frame(Self.hello(.dialer, enc: .required)), now: Self.t0)
+        #expect(m.state == .securing)
+        let actions = m.handle(.frame(.close(.identityMismatch, text: "dialled AAAAAAA")), now: Self.t0)
+        #expect(actions.contains(.emit(.disconnected(.identityMismatch, detail: "dialled AAAAAAA", byPeer: true))))
+        #expect(m.state == .closed(.identityMismatch))
+    }
+
     @Test func tlsFailureAndDecodeFailureAreDrops() {
         var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .required), role: .dialer)
         _ = m.handle(.start, now: Self.t0)
