@@ -27,23 +27,27 @@ public final class PeerNode: Sendable {
     private let logger: Logger
     private let onEvent: @Sendable (PeerEvent) -> Void
     private let trust: TrustStore
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     private let queue = DispatchQueue(label: "peerlink.peer-node", target: .global(qos: .userInitiated))
+
+    private typealias Waiter = CheckedContinuation<PeerSummary, any Error>
 
     private struct State {
         var listener: DescriptorWatch?
         var port: UInt16 = 0
         var nextID: UInt64 = 1
+        /// The rules across connections (limit, tie-break, reconnects).
+        var table: SessionTable
         var connections: [UInt64: PeerConnection] = [:]
-        /// Connected sessions: peer → connection.
-        var sessions: [PeerID: UInt64] = [:]
         /// `connect` calls waiting for their session: connection → waiter.
-        var dialWaiters: [UInt64: CheckedContinuation<PeerSummary, any Error>] = [:]
-        /// Peers this side asked for whose own invitation must be accepted without asking
-        /// (our dialled connection lost the tie-break), with the waiter moved over.
-        var wanted: [PeerID: CheckedContinuation<PeerSummary, any Error>?] = [:]
+        var dialWaiters: [UInt64: Waiter] = [:]
+        /// `connect` calls whose connection lost the tie-break: they wait for the peer's session
+        /// on its other connection.
+        var movedWaiters: [PeerID: [Waiter]] = [:]
         /// Invitations waiting for a client's answer: connection → invitation.
         var invitations: [UInt64: PeerInvitation] = [:]
+        /// Connections whose peer is verified: connection → peer.
+        var verified: [UInt64: PeerID] = [:]
         var stopped = false
     }
 
@@ -59,6 +63,7 @@ public final class PeerNode: Sendable {
         self.trust = trust
         self.logger = logger
         self.onEvent = onEvent
+        state = Mutex(State(table: SessionTable(localID: id, maxPeers: config.maxPeers)))
     }
 
     /// Listens for peers (on `config.port`, 0: any); returns the port.
@@ -101,6 +106,7 @@ public final class PeerNode: Sendable {
             }
             guard let (fd, from) = accepted else { return }
             let c = makeConnection(fd: fd, role: .listener, remote: from, expected: nil)
+            state.withLock { $0.table.accepted(c.id) }
             c.start()
         }
     }
@@ -139,7 +145,25 @@ public final class PeerNode: Sendable {
                 continue
             }
             let c = makeConnection(fd: fd, role: .dialer, remote: address, expected: expected)
-            return try await withCheckedThrowingContinuation { (k: CheckedContinuation<PeerSummary, any Error>) in
+            let refusal = state.withLock { s -> Reason? in
+                guard let expected else {
+                    s.table.dialingUnknown(c.id)
+                    return nil
+                }
+                return s.table.dialing(c.id, to: expected)
+            }
+            if let refusal {
+                c.input(.close(refusal, text: "not dialled"))
+                // Connected meanwhile (the peer dialled too, and its connection won): that
+                // session is what was asked for.
+                if refusal == .duplicate, let expected,
+                   let existing = state.withLock({ s in s.table.connection(for: expected).flatMap { s.connections[$0] } }),
+                   let summary = summary(existing) {
+                    return summary
+                }
+                throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
+            }
+            return try await withCheckedThrowingContinuation { (k: Waiter) in
                 state.withLock { $0.dialWaiters[c.id] = k }
                 c.start()
                 c.input(.invite(context: context, timeout: timeout))
@@ -154,12 +178,11 @@ public final class PeerNode: Sendable {
             guard let inv = s.invitations.removeValue(forKey: id), let c = s.connections[id] else { return nil }
             return (inv, c)
         }) else { throw PeerError.notFound("invitation", "\(id)") }
-        if accept, state.withLock({ $0.sessions.count >= config.maxPeers }) {
+        if accept, state.withLock({ $0.table.isFull(for: inv.peer) }) {
             c.input(.decline(.full))
             throw PeerError.full(config.maxPeers)
         }
         c.input(accept ? .accept : .decline(.declined))
-        _ = inv
     }
 
     /// Sends a message to each of `peers` (all sessions when empty). Reliable messages wait
@@ -167,9 +190,9 @@ public final class PeerNode: Sendable {
     public func send(_ bytes: [UInt8], to peers: [PeerID], reliable: Bool) async throws -> [PeerID] {
         if reliable, bytes.count > Wire.maxMessage { throw PeerError.invalid("data", "a message is at most \(Wire.maxMessage) bytes, got \(bytes.count)") }
         let targets = try state.withLock { s -> [(PeerID, PeerConnection)] in
-            let ids = peers.isEmpty ? Array(s.sessions.keys) : peers
+            let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
             return try ids.map { p in
-                guard let cid = s.sessions[p], let c = s.connections[cid] else { throw PeerError.notConnected(p.shortText) }
+                guard let cid = s.table.connection(for: p), let c = s.connections[cid] else { throw PeerError.notConnected(p.shortText) }
                 return (p, c)
             }
         }
@@ -186,7 +209,7 @@ public final class PeerNode: Sendable {
 
     /// Ends the session with `peer`.
     public func disconnect(_ peer: PeerID) throws {
-        guard let c = state.withLock({ s in s.sessions[peer].flatMap { s.connections[$0] } }) else {
+        guard let c = state.withLock({ s in s.table.connection(for: peer).flatMap { s.connections[$0] } }) else {
             throw PeerError.notConnected(peer.shortText)
         }
         c.input(.close(.normal, text: "closed by the user"))
@@ -194,8 +217,18 @@ public final class PeerNode: Sendable {
 
     /// The sessions now.
     public var sessions: [PeerSummary] {
-        let cs = state.withLock { s in s.sessions.values.compactMap { s.connections[$0] } }
+        let cs = state.withLock { s in s.table.connectedPeers.compactMap { s.table.connection(for: $0).flatMap { s.connections[$0] } } }
         return cs.compactMap { summary($0) }
+    }
+
+    /// What the node holds, for diagnostics: connections with their state, waiting `connect`
+    /// calls, sessions.
+    public var diagnostics: String {
+        let (cs, dials, moved, sessions) = state.withLock { s in
+            (Array(s.connections.values), Array(s.dialWaiters.keys), s.movedWaiters.mapValues(\.count), s.table.connectedPeers)
+        }
+        let conns = cs.sorted { $0.id < $1.id }.map { "#\($0.id) \($0.role) \($0.snapshot.state)" }.joined(separator: "; ")
+        return "connections [\(conns)] dial-waiters \(dials.sorted()) moved \(moved.map { "\($0.key.shortText): \($0.value)" }) sessions \(sessions.map(\.shortText))"
     }
 
     /// Invitations waiting for an answer.
@@ -208,13 +241,11 @@ public final class PeerNode: Sendable {
         case .hello:
             break
         case .secured(let peer, _, _):
-            // Only once the identity is verified (TLS): a forged HELLO must not be able to
-            // close someone's real connection.
-            resolveDuplicate(c, peer)
+            identified(c, peer)
         case .invitation(let inv):
             invited(c, inv)
         case .connected:
-            connected(c)
+            apply(state.withLock { $0.table.connected(c.id) })
         case .message(let bytes):
             if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: true)) }
         case .datagram(let bytes):
@@ -228,33 +259,73 @@ public final class PeerNode: Sendable {
         }
     }
 
-    /// Two connections with one peer: the one dialled by the smaller peer ID stays.
-    private func resolveDuplicate(_ c: PeerConnection, _ peer: PeerID) {
-        let loser: PeerConnection? = state.withLock { s in
-            if s.sessions[peer] != nil { return c }
-            guard let other = s.connections.values.first(where: { $0.id != c.id && $0.snapshot.hello?.peerID == peer }) else { return nil }
-            let smallerDialled = peerID < peer ? Role.dialer : Role.listener
-            let lose = c.role == smallerDialled ? other : c
-            if lose.role == .dialer, let k = s.dialWaiters.removeValue(forKey: lose.id) {
-                // We invited this peer too: its invitation on the other connection is ours to accept.
-                s.wanted[peer] = k
-            } else if lose.role == .dialer {
-                s.wanted[peer] = .some(nil)
-            }
-            return lose
+    /// The table's verdict once a connection's peer is verified (TLS, or HELLO in plain
+    /// text; never the bare HELLO, or a forged claim could close a real connection).
+    private func identified(_ c: PeerConnection, _ peer: PeerID) {
+        let actions = state.withLock { s -> [SessionTable.Action] in
+            s.verified[c.id] = peer
+            return s.table.identified(c.id, as: peer)
         }
-        loser?.input(.close(.duplicate, text: "another connection with this peer was kept"))
+        apply(actions, peer: peer)
+    }
+
+    /// Carries out the table's actions (`peer`: whom the connections it closes lead to).
+    private func apply(_ actions: [SessionTable.Action], peer identifiedPeer: PeerID? = nil) {
+        for action in actions {
+            switch action {
+            case .close(let id, let reason):
+                let (c, done) = state.withLock { s -> (PeerConnection?, (Waiter, PeerConnection)?) in
+                    // A `connect` whose connection lost gets the peer's session: the one up now,
+                    // or the one its other connection brings.
+                    var done: (Waiter, PeerConnection)?
+                    if let k = s.dialWaiters.removeValue(forKey: id) {
+                        // The connection may not be verified itself (a dial's rival won first).
+                        guard let peer = s.verified[id] ?? identifiedPeer else {
+                            s.dialWaiters[id] = k  // its own end reports to it
+                            return (s.connections[id], nil)
+                        }
+                        if let sid = s.table.connection(for: peer), let session = s.connections[sid] {
+                            done = (k, session)
+                        } else {
+                            moveWaiter(k, to: peer, &s)
+                        }
+                    }
+                    return (s.connections[id], done)
+                }
+                c?.input(.close(reason, text: "another connection with this peer was kept"))
+                if let (k, session) = done {
+                    if let summary = summary(session) { k.resume(returning: summary) } else { k.resume(throwing: PeerError.notConnected("?")) }
+                }
+            case .peerConnected(let peer, let id):
+                guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
+                if config.trustOnConnect { trust.trust(peer, name: summary.displayName) }
+                let waiters = state.withLock { s -> [Waiter] in
+                    s.invitations[id] = nil
+                    return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
+                }
+                onEvent(.connected(summary))
+                for k in waiters { k.resume(returning: summary) }
+            case .peerDisconnected:
+                break  // reported with the connection's own end (`disconnected`)
+            case .reconnect(let peer, _, let attempt):
+                logger.info("a trusted peer would be redialled", ["peer.id": peer.shortText, "attempt": "\(attempt)"])
+            case .gaveUp(let peer, let attempts):
+                logger.notice("gave up redialling a trusted peer", ["peer.id": peer.shortText, "attempts": "\(attempts)"])
+            }
+        }
     }
 
     private func invited(_ c: PeerConnection, _ inv: Invite) {
         guard let hello = c.snapshot.hello else { return }
-        let peer = hello.peerID
-        let (full, wanted) = state.withLock { s in (s.sessions.count >= config.maxPeers, s.wanted[peer] != nil) }
-        if full { return c.input(.decline(.full)) }
-        if wanted { return c.input(.accept) }
-        let invitation = PeerInvitation(id: c.id, peer: peer, displayName: hello.displayName, context: inv.context,
+        let decision = state.withLock { $0.table.invitation(on: c.id) }
+        switch decision {
+        case .accept: return c.input(.accept)
+        case .decline(let reason): return c.input(.decline(reason))
+        case .ask: break
+        }
+        let invitation = PeerInvitation(id: c.id, peer: hello.peerID, displayName: hello.displayName, context: inv.context,
                                         pairingCode: c.snapshot.pairingCode, encrypted: c.snapshot.encrypted ?? false,
-                                        trusted: trust.isTrusted(peer), timeout: .milliseconds(Int64(inv.timeoutMilliseconds)))
+                                        trusted: trust.isTrusted(hello.peerID), timeout: .milliseconds(Int64(inv.timeoutMilliseconds)))
         switch config.accept {
         case .all: c.input(.accept)
         case .none: c.input(.decline(.declined))
@@ -265,36 +336,54 @@ public final class PeerNode: Sendable {
         }
     }
 
-    private func connected(_ c: PeerConnection) {
-        guard let s = summary(c) else { return }
-        let (waiter, wanted) = state.withLock { st -> (CheckedContinuation<PeerSummary, any Error>?, CheckedContinuation<PeerSummary, any Error>??) in
-            st.sessions[s.peer] = c.id
-            st.invitations[c.id] = nil
-            return (st.dialWaiters.removeValue(forKey: c.id), st.wanted.removeValue(forKey: s.peer))
-        }
-        if config.trustOnConnect { trust.trust(s.peer, name: s.displayName) }
-        onEvent(.connected(s))
-        waiter?.resume(returning: s)
-        if let wanted, let k = wanted { k.resume(returning: s) }
-    }
-
     private func disconnected(_ c: PeerConnection, _ reason: Reason, _ detail: String, _ byPeer: Bool) {
         let hello = c.snapshot.hello
-        let (wasSession, waiter, invitation) = state.withLock { s -> (Bool, CheckedContinuation<PeerSummary, any Error>?, PeerInvitation?) in
+        let (actions, waiters, invitation, superseded) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool) in
             s.connections[c.id] = nil
-            var was = false
-            if let p = hello?.peerID, s.sessions[p] == c.id {
-                s.sessions[p] = nil
-                was = true
+            let peer = s.verified.removeValue(forKey: c.id)
+            let actions = s.table.closed(c.id, reason: reason, now: .now, random: Double.random(in: 0...1))
+            var waiters = s.dialWaiters.removeValue(forKey: c.id).map { [$0] } ?? []
+            // Our dial closed by the peer as the duplicate: its own connection carries the
+            // session (this side may not have seen it yet); wait for it there.
+            let parked = byPeer && (reason == .duplicate || reason == .replaced)
+            if parked, let peer = peer ?? hello?.peerID, let k = waiters.popLast() {
+                s.table.want(peer)
+                moveWaiter(k, to: peer, &s)
             }
-            return (was, s.dialWaiters.removeValue(forKey: c.id), s.invitations.removeValue(forKey: c.id))
+            // Moved `connect` calls fail when no connection with their peer is left (not when
+            // the peer has just said its own connection carries the session).
+            if !parked, let peer, s.table.connection(for: peer) == nil, !s.verified.values.contains(peer) {
+                waiters += s.movedWaiters.removeValue(forKey: peer) ?? []
+            }
+            let superseded = reason == .duplicate || reason == .replaced
+            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded)
         }
+        let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
                                   reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
-        if reason != .duplicate || wasSession { onEvent(.disconnected(info)) }
+        apply(actions)
+        if wasSession || !superseded { onEvent(.disconnected(info)) }
         if invitation != nil { onEvent(.invitationEnded(info)) }
-        waiter?.resume(throwing: PeerError.refused(info))
+        for w in waiters { w.resume(throwing: PeerError.refused(info)) }
     }
+
+    /// Parks a `connect` call until `peer`'s session is up on another connection; it fails
+    /// if none comes within the invitation time.
+    private func moveWaiter(_ k: Waiter, to peer: PeerID, _ s: inout State) {
+        s.movedWaiters[peer, default: []].append(k)
+        let limit = Self.movedWaiterLimit
+        queue.asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds))) { [weak self] in
+            guard let self else { return }
+            let expired = self.state.withLock { s -> [Waiter] in
+                guard s.table.connection(for: peer) == nil, let ks = s.movedWaiters.removeValue(forKey: peer) else { return [] }
+                return ks
+            }
+            for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
+        }
+    }
+
+    /// How long a `connect` whose connection lost the tie-break waits for the other one.
+    static let movedWaiterLimit: Duration = .seconds(40)
 
     private func summary(_ c: PeerConnection) -> PeerSummary? {
         let snap = c.snapshot

@@ -35,6 +35,12 @@ public struct ConnectionMachine: Sendable {
     private var armed: ContinuousClock.Instant?
     private var fragmenter = MessageFragmenter()
     private var assembler = MessageAssembler()
+    /// What this side may still send (grown by the peer's CREDIT frames).
+    public private(set) var sendCredit = SendCredit()
+    /// What the peer may still send; MESSAGE bytes are consumed as they arrive (a partial
+    /// message must not stall on its own window), resource and stream bytes when the
+    /// caller says (`consumed`).
+    private var receiveCredit = ReceiveCredit()
 
     /// A machine for a connection this side dialled (`.dialer`) or accepted (`.listener`).
     public init(config: ConnectionConfig, role: Role) {
@@ -69,9 +75,11 @@ public struct ConnectionMachine: Sendable {
                 out.append(.send(.unreliable(bytes)))
             }
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
+        case .consumed(let id, let bytes):
+            if state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
         case .tick: tick(now, &out)
         }
-        rearm(&out)
+        rearm(now, &out)
         return out
     }
 
@@ -216,7 +224,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(reason, detail: text.isEmpty ? "closed by the peer" : text, byPeer: true)))
             state = .closed(reason)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(reason))
             return
         }
         lastHeard = now
@@ -235,23 +243,85 @@ public struct ConnectionMachine: Sendable {
         case (.invited, .inviteReply(let r)):
             reply(r, now, &out)
         case (.connected, .message(let m)):
+            guard count(f, now, &out) else { return }
             do {
                 if let whole = try assembler.receive(m) { out.append(.emit(.message(whole))) }
             } catch {
-                fail(error.reason, error.detail, now, &out)
+                return fail(error.reason, error.detail, now, &out)
             }
+            if let credit = receiveCredit.consumed(f.flowControlledBytes, on: 0) { out.append(.send(credit)) }
         case (.connected, .unreliable(let d)):
             out.append(.emit(.datagram(d)))
-        case (.connected, .credit), (.connected, .resourceOffer), (.connected, .resourceAccept), (.connected, .resourceDecline),
-             (.connected, .resourceData), (.connected, .resourceDone), (.connected, .resourceCancel),
-             (.connected, .streamOpen), (.connected, .streamData), (.connected, .streamClose):
+        case (.connected, .credit(let id, let streamBytes, let connectionBytes)):
+            do {
+                try sendCredit.grant(streamBytes: streamBytes, connectionBytes: connectionBytes, on: id)
+            } catch {
+                fail(.flowControl, error.detail, now, &out)
+            }
+        case (.connected, .resourceData), (.connected, .streamData):
+            guard count(f, now, &out) else { return }
+            out.append(.emit(.frame(f)))
+        case (.connected, .resourceOffer), (.connected, .resourceAccept), (.connected, .resourceDecline),
+             (.connected, .resourceDone), (.connected, .resourceCancel), (.connected, .streamOpen), (.connected, .streamClose):
             out.append(.emit(.frame(f)))
         default:
             fail(.protocolError, "\(f.type) is not allowed \(Self.describe(state)) (this side is the \(role == .dialer ? "dialer" : "listener"))", now, &out)
         }
     }
 
+    /// Counts a flow-controlled frame against the peer's window; false (and the
+    /// connection closing with `flow-control`) when the peer sent more than it was granted.
+    private mutating func count(_ f: Frame, _ now: ContinuousClock.Instant, _ out: inout [ConnectionAction]) -> Bool {
+        do {
+            try receiveCredit.received(f.flowControlledBytes, on: f.streamID)
+            return true
+        } catch {
+            fail(.flowControl, error.detail, now, &out)
+            return false
+        }
+    }
+
     // MARK: sending
+
+    /// The next frame to write from `scheduler`, within the credit the peer has granted.
+    /// The caller queues the frames of `.send` actions in its scheduler and writes what
+    /// this returns whenever the transport can take more.
+    public mutating func nextFrame(from scheduler: inout SendScheduler) -> Frame? {
+        scheduler.next(credit: &sendCredit)
+    }
+
+    /// The answer to `send(message:into:)` and `send(datagram:into:)`.
+    public enum SendResult: Sendable, Hashable {
+        /// Queued in the scheduler.
+        case queued
+        /// The peer's queue is over its memory limit: nothing was queued (try later).
+        case busy
+        /// A datagram dropped: the unreliable lane was full.
+        case dropped
+        /// Not allowed now, or too large: why.
+        case refused(String)
+    }
+
+    /// Sends a reliable message through `scheduler` in one step: checks the state, the size
+    /// and the scheduler's room first, so a `busy` answer leaves no gap in the message ids.
+    public mutating func send(message: [UInt8], into scheduler: inout SendScheduler) -> SendResult {
+        guard state == .connected else { return .refused("not allowed \(Self.describe(state))") }
+        guard message.count <= Wire.maxMessage else { return .refused("the message is \(message.count) bytes, at most \(Wire.maxMessage)") }
+        guard scheduler.canAccept(byteCount: message.count) else { return .busy }
+        guard let frames = try? fragmenter.fragments(of: message) else { return .refused("the message is too large") }
+        return scheduler.enqueue(frames) == .queued ? .queued : .busy
+    }
+
+    /// Sends an unreliable datagram through `scheduler`.
+    public mutating func send(datagram: [UInt8], into scheduler: inout SendScheduler) -> SendResult {
+        guard state == .connected else { return .refused("not allowed \(Self.describe(state))") }
+        guard datagram.count <= Wire.maxPayload else { return .refused("a datagram is at most \(Wire.maxPayload) bytes, got \(datagram.count)") }
+        switch scheduler.enqueue(.unreliable(datagram)) {
+        case .queued: return .queued
+        case .dropped: return .dropped
+        case .busy: return .busy
+        }
+    }
 
     private mutating func sendMessage(_ bytes: [UInt8], _ out: inout [ConnectionAction]) {
         guard state == .connected else { return refuse("send", &out) }
@@ -288,7 +358,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(.lost, detail: "nothing heard for \(silence) (\(config.missedPings) PINGs unanswered)", byPeer: false)))
             state = .closed(.lost)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(.lost))
             return
         }
         while pingsSent < config.missedPings, now >= lastHeard + config.pingInterval * (pingsSent + 1) {
@@ -298,12 +368,21 @@ public struct ConnectionMachine: Sendable {
         }
     }
 
-    private mutating func rearm(_ out: inout [ConnectionAction]) {
+    /// Arms the timer for the next deadline. A deadline that moved later (every frame heard
+    /// moves liveness on) keeps the earlier timer: its tick finds nothing to do and arms the
+    /// later one, so a busy connection does not re-arm a timer per frame.
+    private mutating func rearm(_ now: ContinuousClock.Instant, _ out: inout [ConnectionAction]) {
+        if let a = armed, a <= now { armed = nil }
         let next: ContinuousClock.Instant?
         if case .closed = state { next = nil } else { next = nextDeadline }
-        guard next != armed else { return }
+        guard let next else {
+            if armed != nil { out.append(.cancelTimer) }
+            armed = nil
+            return
+        }
+        if let a = armed, a <= next { return }
         armed = next
-        out.append(next.map { .armTimer(at: $0) } ?? .cancelTimer)
+        out.append(.armTimer(at: next))
     }
 
     // MARK: closing
@@ -316,7 +395,7 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(reason, detail: text, byPeer: byPeer)))
             state = .closed(reason)
             stateDeadline = nil
-            out.append(.closeTransport)
+            out.append(.closeTransport(reason))
         default:
             out.append(.send(.close(reason, text: Self.clip(text, to: Wire.maxCloseText))))
             out.append(.emit(.disconnected(reason, detail: text, byPeer: byPeer)))
@@ -338,7 +417,7 @@ public struct ConnectionMachine: Sendable {
         guard case .closing(let reason) = state else { return }
         state = .closed(reason)
         stateDeadline = nil
-        out.append(.closeTransport)
+        out.append(.closeTransport(reason))
     }
 
     private mutating func transportClosed(_ out: inout [ConnectionAction]) {

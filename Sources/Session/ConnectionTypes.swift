@@ -87,13 +87,18 @@ public enum ConnectionInput: Sendable, Hashable {
     case sendUnreliable([UInt8])
     /// Close the session.
     case close(Reason, text: String)
+    /// The application consumed this many bytes of a resource or stream (its id): returns
+    /// the peer's window to it (a CREDIT frame when half a window is due).
+    case consumed(streamID: UInt32, bytes: Int)
     /// Time has passed (the timer fired, or the caller just looks).
     case tick
 }
 
 /// What the caller must do, in order.
 public enum ConnectionAction: Sendable, Hashable {
-    /// Send this frame (on TLS if it is up).
+    /// Send this frame (on TLS if it is up): queue it in the connection's `SendScheduler`
+    /// and write what `ConnectionMachine.nextFrame(from:)` gives (HELLO and a CLOSE before
+    /// TLS may be written directly: nothing else is queued then).
     case send(Frame)
     /// Start TLS on the byte stream now, this side as client or server. Bytes the frame
     /// decoder holds past HELLO belong to TLS (`FrameDecoder.takeBufferedBytes`).
@@ -104,8 +109,9 @@ public enum ConnectionAction: Sendable, Hashable {
     case armTimer(at: ContinuousClock.Instant)
     /// No timer is needed.
     case cancelTimer
-    /// Close the byte stream once the frames already sent are flushed.
-    case closeTransport
+    /// Close the byte stream, with this reason (for the log), once the frames already sent
+    /// are flushed (in TLS: after close_notify).
+    case closeTransport(Reason)
 }
 
 /// What the application hears.
@@ -122,7 +128,8 @@ public enum ConnectionEvent: Sendable, Hashable {
     case message([UInt8])
     /// An unreliable datagram.
     case datagram([UInt8])
-    /// CREDIT, resource and stream frames, for the layers above (flow control, transfers).
+    /// Resource and stream frames, for the transfer layer above (their bytes are already
+    /// counted against the window; report them `consumed` when used).
     case frame(Frame)
     /// A command that does not fit the state was ignored.
     case refused(command: String, why: String)

@@ -13,7 +13,9 @@
 ///
 /// Switching to TLS: the decoder never reads past the frame it returns, so after HELLO the
 /// caller takes what is buffered (`takeBufferedBytes`), which is the start of the peer's
-/// TLS handshake, and feeds the decoder TLS's plaintext from then on.
+/// TLS handshake, and feeds the decoder TLS's plaintext from then on. The caller must not
+/// ask for another frame in between: TLS's first byte (0x16) would be read as a header
+/// and fail as a bad version.
 public struct FrameDecoder: Sendable {
     private var buffer: [UInt8] = []
     /// Start of the first byte not yet consumed.
@@ -49,6 +51,7 @@ public struct FrameDecoder: Sendable {
     public mutating func takeBufferedBytes() -> [UInt8] {
         let rest = Array(buffer[head...])
         consumedBytes += rest.count
+        pending = nil
         buffer.removeAll(keepingCapacity: false)
         head = 0
         return rest

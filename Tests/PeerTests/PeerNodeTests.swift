@@ -94,12 +94,18 @@ import Testing
         b.node.stop()
     }
 
-    /// Both sides dial each other at once: one session, `connected` once on each side.
-    @Test(arguments: 0..<5)
+    /// Both sides dial each other at once, each knowing whom it dials (from discovery): one
+    /// session, `connected` once on each side.
+    @Test(arguments: 0..<8)
     func simultaneousInvitationsFormOneSession(round: Int) async throws {
         let a = try Node("a\(round)"), b = try Node("b\(round)")
-        async let ab = a.node.connect(to: try b.address)
-        async let ba = b.node.connect(to: try a.address)
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(15))
+            Issue.record("round \(round) still waiting after 15 s: a: \(a.node.diagnostics) | b: \(b.node.diagnostics)")
+        }
+        defer { watchdog.cancel() }
+        async let ab = a.node.connect(to: try b.address, expected: b.node.peerID)
+        async let ba = b.node.connect(to: try a.address, expected: a.node.peerID)
         let (sab, sba) = try await (ab, ba)
         #expect(sab.peer == b.node.peerID && sba.peer == a.node.peerID)
         #expect(sab.connection != 0 && sab.pairingCode == sba.pairingCode)

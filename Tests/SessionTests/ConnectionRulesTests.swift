@@ -87,7 +87,7 @@ import Testing
         #expect(closeSent)
         #expect(m.state == .closing(.protocolError))
         // The peer's CLOSE (or the grace) ends it.
-        #expect(m.handle(.frame(.close(.normal, text: "")), now: Self.t0).contains(.closeTransport))
+        #expect(m.handle(.frame(.close(.normal, text: "")), now: Self.t0).contains(.closeTransport(.protocolError)))
         #expect(m.state == .closed(.protocolError))
     }
 
@@ -114,7 +114,19 @@ import Testing
         let actions = m.handle(.tlsEstablished(certificateID: Fixtures.peer(3), pairingCode: code), now: Self.t0)
         // During TLS no CLOSE frame can be sent: the transport is just closed.
         #expect(Self.drop(actions).0 == .identityMismatch && !Self.drop(actions).closeSent)
-        #expect(actions.contains(.closeTransport))
+        #expect(actions.contains(.closeTransport(.identityMismatch)))
+        #expect(m.state == .closed(.identityMismatch))
+    }
+
+    @Test func aPlainCloseWhereTLSWasExpectedIsTheDialersRefusal() {
+        // The dialer found another peer than it dialled and closed in plain text; the
+        // listener, already securing, reads that CLOSE instead of a ClientHello.
+        var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .optional), role: .listener)
+        _ = m.handle(.start, now: Self.t0)
+        _ = m.handle(.frame(Self.hello(.dialer, enc: .required)), now: Self.t0)
+        #expect(m.state == .securing)
+        let actions = m.handle(.frame(.close(.identityMismatch, text: "dialled AAAAAAA")), now: Self.t0)
+        #expect(actions.contains(.emit(.disconnected(.identityMismatch, detail: "dialled AAAAAAA", byPeer: true))))
         #expect(m.state == .closed(.identityMismatch))
     }
 
@@ -132,7 +144,7 @@ import Testing
     @Test func thePeersCloseAndTheStreamsEnd() {
         var m = Self.connected(.dialer)
         let actions = m.handle(.frame(.close(.shuttingDown, text: "bye")), now: Self.t0)
-        #expect(actions.contains(.emit(.disconnected(.shuttingDown, detail: "bye", byPeer: true))) && actions.contains(.closeTransport))
+        #expect(actions.contains(.emit(.disconnected(.shuttingDown, detail: "bye", byPeer: true))) && actions.contains(.closeTransport(.shuttingDown)))
         #expect(m.handle(.transportClosed, now: Self.t0).isEmpty)
         var n = Self.connected(.listener)
         #expect(n.handle(.transportClosed, now: Self.t0).contains(.emit(.disconnected(.transportClosed, detail: "the connection ended without CLOSE", byPeer: true))))
@@ -141,7 +153,7 @@ import Testing
         let closing = o.handle(.close(.normal, text: "done"), now: Self.t0)
         #expect(closing.prefix(2) == [.send(.close(.normal, text: "done")), .emit(.disconnected(.normal, detail: "done", byPeer: false))])
         #expect(closing.last == .armTimer(at: Self.t0 + .seconds(1)))
-        #expect(o.handle(.tick, now: Self.t0 + .seconds(1)) == [.closeTransport, .cancelTimer])
+        #expect(o.handle(.tick, now: Self.t0 + .seconds(1)) == [.closeTransport(.normal)])  // the timer fired: nothing to cancel
         // A long text is cut to the limit, at a character boundary.
         var p = Self.connected(.listener)
         let long = String(repeating: "é", count: 200)

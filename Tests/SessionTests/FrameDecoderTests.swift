@@ -122,6 +122,26 @@ import Testing
         #expect(n == 100_000 && d.bufferedByteCount == 0 && d.streamOffset == big.count)
     }
 
+    @Test func randomAndMutatedInputNeverTraps() {
+        // Every input is validated: random bytes and valid streams with bytes flipped give
+        // frames or one error, never a crash, and the same outcome in any chunking.
+        var rng = SplitMix(state: 99)
+        for round in 0..<300 {
+            var bytes: [UInt8]
+            if round % 2 == 0 {
+                bytes = (0..<Int.random(in: 0...400, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                if round % 4 == 0 && bytes.count > 1 { bytes[0] = 1 }  // past the version check more often
+            } else {
+                bytes = Self.stream
+                for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+                }
+            }
+            let whole = Self.run([bytes])
+            #expect(Self.run(Self.randomSplits(bytes, seed: UInt64(round))) == whole, "round \(round)")
+        }
+    }
+
     @Test func maximumPayloadsInSmallChunks() {
         let frames: [Frame] = [
             .unreliable([UInt8](repeating: 0xAB, count: Wire.maxPayload)),
