@@ -19,6 +19,8 @@ let package = Package(
                        providers: [.apt(["libavahi-client-dev"])]),
         // Linux's epoll, which Swift's Glibc module does not export (imported by SystemKit only).
         .systemLibrary(name: "CEpoll"),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),
@@ -27,6 +29,8 @@ let package = Package(
         .target(name: "Logging"),
         // Declarative command-line parsing for both executables.
         .target(name: "Arguments"),
+        // Peer sessions without I/O: frames, handshake and invitation machines, flow control.
+        .target(name: "Session"),
 
         // POSIX: the one place syscalls are made and errno is turned into errors.
         .target(name: "SystemKit", dependencies: ["CEpoll"]),
@@ -35,6 +39,11 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "SystemKit", "Logging"]),
         // The only importer of CAvahi: DNS-SD over Avahi's poll API.
         .target(name: "DNSSD", dependencies: ["CAvahi", "SystemKit", "Logging"]),
+        // The only importer of COpenSSL: TLS 1.3 over memory buffers, identities, pinning.
+        // SystemKit for the identity files (written atomically).
+        .target(name: "TLS", dependencies: ["COpenSSL", "SystemKit"]),
+        // Peer sessions over TCP: connections (TLS, frames, the machine), the node's rules.
+        .target(name: "Peer", dependencies: ["Session", "TLS", "SystemKit", "Logging"]),
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
@@ -57,6 +66,9 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
+        .testTarget(name: "SessionTests", dependencies: ["Session"]),
+        .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging"]),
+        .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,439 @@
+// Linux Dispatch has no Sendable annotations; its queues are thread-safe.
+@preconcurrency import Dispatch
+import Foundation
+import Logging
+import Session
+import Synchronization
+import SystemKit
+import TLS
+
+/// This board's side of peer sessions: its identity, a TCP listener, the connections it
+/// dials and accepts, and the sessions that form on them (MultipeerConnectivity's session,
+/// advertiser's invitation handler and browser's invite in one place; discovery is the
+/// daemon's, through DNS-SD).
+///
+/// Rules kept here, above the single connection: at most `maxPeers` sessions (an invitation
+/// past that is declined with `full`); one session per peer, and when two connections to
+/// the same peer meet (both sides invited at once) the one dialled by the smaller peer ID
+/// stays and the other closes with `duplicate`, the same choice on both sides, so each
+/// reports `connected` once; the accept policy answers invitations nobody has to.
+public final class PeerNode: Sendable {
+    /// This node's identity (its peer ID is the certificate's SHA-256).
+    public let identity: TLSIdentity
+    /// This node's peer ID.
+    public let peerID: PeerID
+    /// Settings.
+    public let config: PeerNodeConfig
+    private let logger: Logger
+    private let onEvent: @Sendable (PeerEvent) -> Void
+    private let trust: TrustStore
+    private let state: Mutex<State>
+    private let queue = DispatchQueue(label: "peerlink.peer-node", target: .global(qos: .userInitiated))
+
+    private typealias Waiter = CheckedContinuation<PeerSummary, any Error>
+
+    private struct State {
+        var listener: DescriptorWatch?
+        var port: UInt16 = 0
+        var nextID: UInt64 = 1
+        /// The rules across connections (limit, tie-break, reconnects).
+        var table: SessionTable
+        var connections: [UInt64: PeerConnection] = [:]
+        /// `connect` calls waiting for their session: connection → waiter.
+        var dialWaiters: [UInt64: Waiter] = [:]
+        /// `connect` calls whose connection lost the tie-break: they wait for the peer's session
+        /// on its other connection.
+        var movedWaiters: [PeerID: [Waiter]] = [:]
+        /// Invitations waiting for a client's answer: connection → invitation.
+        var invitations: [UInt64: PeerInvitation] = [:]
+        /// Connections whose peer is verified: connection → peer.
+        var verified: [UInt64: PeerID] = [:]
+        var stopped = false
+    }
+
+    /// A node with `identity`; nothing listens before `start`.
+    public init(identity: TLSIdentity, config: PeerNodeConfig, trust: TrustStore, logger: Logger,
+                onEvent: @escaping @Sendable (PeerEvent) -> Void) throws {
+        guard let id = PeerID(bytes: identity.fingerprint) else {
+            throw PeerError.invalid("identity", "the certificate's fingerprint is not 32 bytes")
+        }
+        self.identity = identity
+        peerID = id
+        self.config = config
+        self.trust = trust
+        self.logger = logger
+        self.onEvent = onEvent
+        state = Mutex(State(table: SessionTable(localID: id, maxPeers: config.maxPeers)))
+    }
+
+    /// Listens for peers (on `config.port`, 0: any); returns the port.
+    @discardableResult
+    public func start() throws -> UInt16 {
+        let (fd, port) = try TCPSocket.listen(port: config.port, loopback: config.loopbackOnly)
+        let watch = DescriptorWatch(owning: fd, queue: queue)
+        watch.setHandlers(onReadable: { [weak self] in self?.acceptAll(fd) }, onWritable: {})
+        state.withLock {
+            $0.listener = watch
+            $0.port = port
+        }
+        watch.want(read: true)
+        logger.info("peer sessions listening", ["peer.port": "\(port)", "peer.id": peerID.shortText])
+        return port
+    }
+
+    /// The port peers reach this node on (0 before `start`).
+    public var port: UInt16 { state.withLock { $0.port } }
+
+    /// Stops listening and closes every connection with `shutting-down`.
+    public func stop() {
+        let (watch, connections) = state.withLock { s -> (DescriptorWatch?, [PeerConnection]) in
+            s.stopped = true
+            defer { s.listener = nil }
+            return (s.listener, Array(s.connections.values))
+        }
+        watch?.cancel()
+        for c in connections { c.input(.close(.shuttingDown, text: "the daemon is stopping")) }
+    }
+
+    private func acceptAll(_ listener: Int32) {
+        while true {
+            let accepted: (fd: Int32, from: SocketAddress)?
+            do {
+                accepted = try TCPSocket.accept(listener)
+            } catch {
+                logger.warning("accepting a peer failed", ["error": "\(error)"])
+                return
+            }
+            guard let (fd, from) = accepted else { return }
+            let c = makeConnection(fd: fd, role: .listener, remote: from, expected: nil)
+            state.withLock { $0.table.accepted(c.id) }
+            c.start()
+        }
+    }
+
+    private func makeConnection(fd: Int32, role: Role, remote: SocketAddress, expected: PeerID?) -> PeerConnection {
+        var cc = ConnectionConfig(localID: peerID, displayName: config.displayName, encryption: config.encryption, expectedPeer: expected)
+        cc.pingInterval = config.pingInterval
+        cc.missedPings = config.missedPings
+        let id = state.withLock { s -> UInt64 in
+            defer { s.nextID += 1 }
+            return s.nextID
+        }
+        let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
+                               logger: logger) { [weak self] c, e in self?.handle(c, e) }
+        state.withLock { $0.connections[id] = c }
+        return c
+    }
+
+    // MARK: Commands
+
+    /// Dials `target`, invites it with `context` and waits until the session is up (or
+    /// declined, timed out, refused). `expected`: the peer ID it must have (from discovery).
+    public func connect(to target: HostPort, context: [UInt8] = [], timeout: Duration = .seconds(30),
+                        expected: PeerID? = nil) async throws -> PeerSummary {
+        guard context.count <= Wire.maxContext else {
+            throw PeerError.invalid("context", "at most \(Wire.maxContext) bytes, got \(context.count)")
+        }
+        let addresses = try await Self.offPool { try TCPSocket.resolve(target) }
+        var lastError: any Error = PeerError.unreachable(target.description, "no address")
+        for address in addresses {
+            let fd: Int32
+            do {
+                fd = try await connectSocket(address, within: .seconds(10))
+            } catch {
+                lastError = error
+                continue
+            }
+            let c = makeConnection(fd: fd, role: .dialer, remote: address, expected: expected)
+            let refusal = state.withLock { s -> Reason? in
+                guard let expected else {
+                    s.table.dialingUnknown(c.id)
+                    return nil
+                }
+                return s.table.dialing(c.id, to: expected)
+            }
+            if let refusal {
+                c.input(.close(refusal, text: "not dialled"))
+                // Connected meanwhile (the peer dialled too, and its connection won): that
+                // session is what was asked for.
+                if refusal == .duplicate, let expected,
+                   let existing = state.withLock({ s in s.table.connection(for: expected).flatMap { s.connections[$0] } }),
+                   let summary = summary(existing) {
+                    return summary
+                }
+                throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
+            }
+            return try await withCheckedThrowingContinuation { (k: Waiter) in
+                state.withLock { $0.dialWaiters[c.id] = k }
+                c.start()
+                c.input(.invite(context: context, timeout: timeout))
+            }
+        }
+        throw PeerError.unreachable(target.description, "\(lastError)")
+    }
+
+    /// Answers an invitation (by its connection number).
+    public func answer(invitation id: UInt64, accept: Bool) throws {
+        guard let (inv, c) = state.withLock({ s -> (PeerInvitation, PeerConnection)? in
+            guard let inv = s.invitations.removeValue(forKey: id), let c = s.connections[id] else { return nil }
+            return (inv, c)
+        }) else { throw PeerError.notFound("invitation", "\(id)") }
+        if accept, state.withLock({ $0.table.isFull(for: inv.peer) }) {
+            c.input(.decline(.full))
+            throw PeerError.full(config.maxPeers)
+        }
+        c.input(accept ? .accept : .decline(.declined))
+    }
+
+    /// Sends a message to each of `peers` (all sessions when empty). Reliable messages wait
+    /// for room on each connection; unreliable ones go at once or are dropped.
+    public func send(_ bytes: [UInt8], to peers: [PeerID], reliable: Bool) async throws -> [PeerID] {
+        if reliable, bytes.count > Wire.maxMessage { throw PeerError.invalid("data", "a message is at most \(Wire.maxMessage) bytes, got \(bytes.count)") }
+        let targets = try state.withLock { s -> [(PeerID, PeerConnection)] in
+            let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
+            return try ids.map { p in
+                guard let cid = s.table.connection(for: p), let c = s.connections[cid] else { throw PeerError.notConnected(p.shortText) }
+                return (p, c)
+            }
+        }
+        for (p, c) in targets {
+            if reliable {
+                guard await c.room() else { throw PeerError.notConnected(p.shortText) }
+                c.input(.sendMessage(bytes))
+            } else {
+                c.input(.sendUnreliable(bytes))
+            }
+        }
+        return targets.map(\.0)
+    }
+
+    /// Ends the session with `peer`.
+    public func disconnect(_ peer: PeerID) throws {
+        guard let c = state.withLock({ s in s.table.connection(for: peer).flatMap { s.connections[$0] } }) else {
+            throw PeerError.notConnected(peer.shortText)
+        }
+        c.input(.close(.normal, text: "closed by the user"))
+    }
+
+    /// The sessions now.
+    public var sessions: [PeerSummary] {
+        let cs = state.withLock { s in s.table.connectedPeers.compactMap { s.table.connection(for: $0).flatMap { s.connections[$0] } } }
+        return cs.compactMap { summary($0) }
+    }
+
+    /// What the node holds, for diagnostics: connections with their state, waiting `connect`
+    /// calls, sessions.
+    public var diagnostics: String {
+        let (cs, dials, moved, sessions) = state.withLock { s in
+            (Array(s.connections.values), Array(s.dialWaiters.keys), s.movedWaiters.mapValues(\.count), s.table.connectedPeers)
+        }
+        let conns = cs.sorted { $0.id < $1.id }.map { "#\($0.id) \($0.role) \($0.snapshot.state)" }.joined(separator: "; ")
+        return "connections [\(conns)] dial-waiters \(dials.sorted()) moved \(moved.map { "\($0.key.shortText): \($0.value)" }) sessions \(sessions.map(\.shortText))"
+    }
+
+    /// Invitations waiting for an answer.
+    public var pendingInvitations: [PeerInvitation] { state.withLock { Array($0.invitations.values) } }
+
+    // MARK: Connection events (on each connection's queue)
+
+    private func handle(_ c: PeerConnection, _ e: ConnectionEvent) {
+        switch e {
+        case .hello:
+            break
+        case .secured(let peer, _, _):
+            identified(c, peer)
+        case .invitation(let inv):
+            invited(c, inv)
+        case .connected:
+            apply(state.withLock { $0.table.connected(c.id) })
+        case .message(let bytes):
+            if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: true)) }
+        case .datagram(let bytes):
+            if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: false)) }
+        case .frame:
+            break  // flow control, resources and streams: not handled yet
+        case .refused(let command, let why):
+            logger.notice("peer connection refused a command", ["peer.connection": "\(c.id)", "command": command, "why": why])
+        case .disconnected(let reason, let detail, let byPeer):
+            disconnected(c, reason, detail, byPeer)
+        }
+    }
+
+    /// The table's verdict once a connection's peer is verified (TLS, or HELLO in plain
+    /// text; never the bare HELLO, or a forged claim could close a real connection).
+    private func identified(_ c: PeerConnection, _ peer: PeerID) {
+        let actions = state.withLock { s -> [SessionTable.Action] in
+            s.verified[c.id] = peer
+            return s.table.identified(c.id, as: peer)
+        }
+        apply(actions, peer: peer)
+    }
+
+    /// Carries out the table's actions (`peer`: whom the connections it closes lead to).
+    private func apply(_ actions: [SessionTable.Action], peer identifiedPeer: PeerID? = nil) {
+        for action in actions {
+            switch action {
+            case .close(let id, let reason):
+                let (c, done) = state.withLock { s -> (PeerConnection?, (Waiter, PeerConnection)?) in
+                    // A `connect` whose connection lost gets the peer's session: the one up now,
+                    // or the one its other connection brings.
+                    var done: (Waiter, PeerConnection)?
+                    if let k = s.dialWaiters.removeValue(forKey: id) {
+                        // The connection may not be verified itself (a dial's rival won first).
+                        guard let peer = s.verified[id] ?? identifiedPeer else {
+                            s.dialWaiters[id] = k  // its own end reports to it
+                            return (s.connections[id], nil)
+                        }
+                        if let sid = s.table.connection(for: peer), let session = s.connections[sid] {
+                            done = (k, session)
+                        } else {
+                            moveWaiter(k, to: peer, &s)
+                        }
+                    }
+                    return (s.connections[id], done)
+                }
+                c?.input(.close(reason, text: "another connection with this peer was kept"))
+                if let (k, session) = done {
+                    if let summary = summary(session) { k.resume(returning: summary) } else { k.resume(throwing: PeerError.notConnected("?")) }
+                }
+            case .peerConnected(let peer, let id):
+                guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
+                if config.trustOnConnect { trust.trust(peer, name: summary.displayName) }
+                let waiters = state.withLock { s -> [Waiter] in
+                    s.invitations[id] = nil
+                    return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
+                }
+                onEvent(.connected(summary))
+                for k in waiters { k.resume(returning: summary) }
+            case .peerDisconnected:
+                break  // reported with the connection's own end (`disconnected`)
+            case .reconnect(let peer, _, let attempt):
+                logger.info("a trusted peer would be redialled", ["peer.id": peer.shortText, "attempt": "\(attempt)"])
+            case .gaveUp(let peer, let attempts):
+                logger.notice("gave up redialling a trusted peer", ["peer.id": peer.shortText, "attempts": "\(attempts)"])
+            }
+        }
+    }
+
+    private func invited(_ c: PeerConnection, _ inv: Invite) {
+        guard let hello = c.snapshot.hello else { return }
+        let decision = state.withLock { $0.table.invitation(on: c.id) }
+        switch decision {
+        case .accept: return c.input(.accept)
+        case .decline(let reason): return c.input(.decline(reason))
+        case .ask: break
+        }
+        let invitation = PeerInvitation(id: c.id, peer: hello.peerID, displayName: hello.displayName, context: inv.context,
+                                        pairingCode: c.snapshot.pairingCode, encrypted: c.snapshot.encrypted ?? false,
+                                        trusted: trust.isTrusted(hello.peerID), timeout: .milliseconds(Int64(inv.timeoutMilliseconds)))
+        switch config.accept {
+        case .all: c.input(.accept)
+        case .none: c.input(.decline(.declined))
+        case .trusted where invitation.trusted: c.input(.accept)
+        case .trusted, .ask:
+            state.withLock { $0.invitations[c.id] = invitation }
+            onEvent(.invitation(invitation))
+        }
+    }
+
+    private func disconnected(_ c: PeerConnection, _ reason: Reason, _ detail: String, _ byPeer: Bool) {
+        let hello = c.snapshot.hello
+        let (actions, waiters, invitation, superseded) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool) in
+            s.connections[c.id] = nil
+            let peer = s.verified.removeValue(forKey: c.id)
+            let actions = s.table.closed(c.id, reason: reason, now: .now, random: Double.random(in: 0...1))
+            var waiters = s.dialWaiters.removeValue(forKey: c.id).map { [$0] } ?? []
+            // Our dial closed by the peer as the duplicate: its own connection carries the
+            // session (this side may not have seen it yet); wait for it there.
+            let parked = byPeer && (reason == .duplicate || reason == .replaced)
+            if parked, let peer = peer ?? hello?.peerID, let k = waiters.popLast() {
+                s.table.want(peer)
+                moveWaiter(k, to: peer, &s)
+            }
+            // Moved `connect` calls fail when no connection with their peer is left (not when
+            // the peer has just said its own connection carries the session).
+            if !parked, let peer, s.table.connection(for: peer) == nil, !s.verified.values.contains(peer) {
+                waiters += s.movedWaiters.removeValue(forKey: peer) ?? []
+            }
+            let superseded = reason == .duplicate || reason == .replaced
+            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded)
+        }
+        let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
+        let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
+                                  reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
+        apply(actions)
+        if wasSession || !superseded { onEvent(.disconnected(info)) }
+        if invitation != nil { onEvent(.invitationEnded(info)) }
+        for w in waiters { w.resume(throwing: PeerError.refused(info)) }
+    }
+
+    /// Parks a `connect` call until `peer`'s session is up on another connection; it fails
+    /// if none comes within the invitation time.
+    private func moveWaiter(_ k: Waiter, to peer: PeerID, _ s: inout State) {
+        s.movedWaiters[peer, default: []].append(k)
+        let limit = Self.movedWaiterLimit
+        queue.asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds))) { [weak self] in
+            guard let self else { return }
+            let expired = self.state.withLock { s -> [Waiter] in
+                guard s.table.connection(for: peer) == nil, let ks = s.movedWaiters.removeValue(forKey: peer) else { return [] }
+                return ks
+            }
+            for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
+        }
+    }
+
+    /// How long a `connect` whose connection lost the tie-break waits for the other one.
+    static let movedWaiterLimit: Duration = .seconds(40)
+
+    private func summary(_ c: PeerConnection) -> PeerSummary? {
+        let snap = c.snapshot
+        guard let hello = snap.hello else { return nil }
+        return PeerSummary(peer: hello.peerID, displayName: hello.displayName, remote: c.remote, connection: c.id,
+                           role: c.role, encrypted: snap.encrypted ?? false, pairingCode: snap.pairingCode,
+                           trusted: trust.isTrusted(hello.peerID))
+    }
+
+    // MARK: Sockets
+
+    /// A TCP connection to `address`, connected within `limit`.
+    private func connectSocket(_ address: SocketAddress, within limit: Duration) async throws -> Int32 {
+        let fd = try TCPSocket.startConnect(to: address)
+        let watch: DescriptorWatch
+        do {
+            watch = try DescriptorWatch(duplicating: fd, queue: queue)
+        } catch {
+            closeQuietly(fd)
+            throw error
+        }
+        let once = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+        @Sendable func finish(_ r: Result<Void, any Error>) {
+            guard let k = once.withLock({ k in defer { k = nil }; return k }) else { return }
+            watch.cancel()
+            k.resume(with: r)
+        }
+        do {
+            try await withCheckedThrowingContinuation { (k: CheckedContinuation<Void, any Error>) in
+                once.withLock { $0 = k }
+                watch.setHandlers(onReadable: {}, onWritable: {
+                    finish(Result { try TCPSocket.connectResult(fd, to: address) })
+                })
+                watch.want(write: true)
+                let nanos = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
+                queue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanos))) {
+                    finish(.failure(SystemError(call: "connect", code: ETIMEDOUT, context: address.description)))
+                }
+            }
+        } catch {
+            closeQuietly(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// Runs blocking `body` (a name lookup) on a thread outside the cooperative pool.
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { k in
+            DispatchQueue.global(qos: .userInitiated).async { k.resume(with: Result { try body() }) }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+import Session
+import SystemKit
+
+/// Who answers invitations (config `accept`): clients are asked (`ask`), trusted peers are
+/// accepted and others asked (`trusted`), everyone is accepted (`all`) or nobody (`none`).
+public enum AcceptPolicy: String, Sendable, CaseIterable {
+    case ask, trusted, all, none
+}
+
+/// A node's settings.
+public struct PeerNodeConfig: Sendable {
+    /// The name peers see (at most 63 bytes of UTF-8).
+    public var displayName: String
+    /// MultipeerConnectivity's encryption preference: required (default), optional, none.
+    public var encryption: EncryptionPreference = .required
+    /// The TCP port to listen on (0: one the kernel picks).
+    public var port: UInt16 = 0
+    /// Listen on loopback only (tests).
+    public var loopbackOnly = false
+    /// At most this many sessions at once (1 to 64).
+    public var maxPeers = 8
+    /// Who answers invitations.
+    public var accept: AcceptPolicy = .ask
+    /// Liveness: a PING after this long without hearing from the peer.
+    public var pingInterval: Duration = .seconds(2)
+    /// Liveness: the peer is lost after this many unanswered PINGs.
+    public var missedPings = 3
+    /// Whether a peer becomes trusted once a session with it is up (a board that pairs once).
+    public var trustOnConnect = false
+
+    /// Settings with defaults and `displayName`.
+    public init(displayName: String) { self.displayName = displayName }
+}
+
+/// A session with a peer, as reported.
+public struct PeerSummary: Sendable, Hashable {
+    /// The peer's ID.
+    public let peer: PeerID
+    /// The name it gave.
+    public let displayName: String
+    /// Its address.
+    public let remote: SocketAddress
+    /// The connection's number.
+    public let connection: UInt64
+    /// Whether this side dialled.
+    public let role: Role
+    /// Whether the session is encrypted (TLS 1.3); when not, the peer ID is only a claim.
+    public let encrypted: Bool
+    /// The 6-digit code both sides show (encrypted sessions).
+    public let pairingCode: PairingCode?
+    /// Whether the peer is in the trust store.
+    public let trusted: Bool
+}
+
+/// An invitation waiting for an answer.
+public struct PeerInvitation: Sendable, Hashable {
+    /// The connection it came on (the answer names it).
+    public let id: UInt64
+    /// Who invites.
+    public let peer: PeerID
+    /// The name it gave.
+    public let displayName: String
+    /// Its context (opaque, untrusted).
+    public let context: [UInt8]
+    /// The pairing code (encrypted sessions).
+    public let pairingCode: PairingCode?
+    /// Whether the connection is encrypted.
+    public let encrypted: Bool
+    /// Whether the peer is trusted.
+    public let trusted: Bool
+    /// How long the inviter waits.
+    public let timeout: Duration
+}
+
+/// A connection that ended.
+public struct PeerDisconnect: Sendable, Hashable {
+    /// The connection's number.
+    public let connection: UInt64
+    /// The peer, when it said who it is.
+    public let peer: PeerID?
+    /// Its name, when it said.
+    public let displayName: String?
+    /// Its address.
+    public let remote: SocketAddress
+    /// Why.
+    public let reason: Reason
+    /// What happened, in words.
+    public let detail: String
+    /// Whether the peer ended it (its CLOSE or its decline).
+    public let byPeer: Bool
+    /// Whether a session was up on it.
+    public let wasConnected: Bool
+}
+
+/// What a node reports, in order per peer.
+public enum PeerEvent: Sendable {
+    /// A peer invites this side (policy `ask`, or `trusted` and not trusted).
+    case invitation(PeerInvitation)
+    /// An invitation went away unanswered (the inviter gave up, the connection broke).
+    case invitationEnded(PeerDisconnect)
+    /// A session is up.
+    case connected(PeerSummary)
+    /// A connection ended (a session, or an attempt).
+    case disconnected(PeerDisconnect)
+    /// A message from a peer.
+    case message(from: PeerID, bytes: [UInt8], reliable: Bool)
+}
+
+/// Why a node command failed.
+public enum PeerError: Error, Sendable, CustomStringConvertible {
+    /// A parameter is wrong: which one, and why.
+    case invalid(String, String)
+    /// No such thing (what, which).
+    case notFound(String, String)
+    /// No session with that peer.
+    case notConnected(String)
+    /// The session table is full.
+    case full(Int)
+    /// The address could not be reached (where, why).
+    case unreachable(String, String)
+    /// The peer, or this side, ended the attempt.
+    case refused(PeerDisconnect)
+
+    /// A sentence for users.
+    public var description: String {
+        switch self {
+        case .invalid(let what, let why): "\(what): \(why)"
+        case .notFound(let what, let id): "no \(what) \(id)"
+        case .notConnected(let p): "no session with peer \(p)"
+        case .full(let n): "the session table is full (\(n) peers)"
+        case .unreachable(let target, let why): "cannot reach \(target): \(why)"
+        case .refused(let d): "\(d.byPeer ? "the peer" : "this side") ended the connection: \(d.reason) (\(d.detail))"
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Session
+import Synchronization
+import SystemKit
+
+/// The peers this board trusts (their IDs pinned: a peer ID is its certificate's SHA-256, so
+/// a trusted ID cannot be claimed with another certificate), kept in a JSON file written
+/// atomically: `{"peers": [{"id": "<64 hex>", "name": "...", "since": <unix seconds>}]}`.
+public final class TrustStore: Sendable {
+    /// One trusted peer.
+    public struct Entry: Sendable, Hashable {
+        /// Its ID.
+        public let peer: PeerID
+        /// The name it had when trusted.
+        public let name: String
+        /// When it was trusted (seconds since 1970).
+        public let since: Int64
+    }
+
+    /// The file (nil: in memory only).
+    public let path: String?
+    private let entries: Mutex<[PeerID: Entry]>
+
+    /// Loads `path` (a missing file is an empty store; a corrupt one is an error naming it).
+    public init(path: String?) throws {
+        self.path = path
+        var loaded: [PeerID: Entry] = [:]
+        if let path, let bytes = try AtomicFile.readIfPresent(path, maximumSize: 4 << 20) {
+            guard let top = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+                  let peers = top["peers"] as? [[String: Any]] else {
+                throw SystemError(call: "read", code: EINVAL, context: "\(path): not a trust store (expected {\"peers\": [...]})")
+            }
+            for (i, p) in peers.enumerated() {
+                guard let hex = p["id"] as? String, let bytes = Self.bytes(hex: hex), let id = PeerID(bytes: bytes) else {
+                    throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].id is not 64 hex digits")
+                }
+                loaded[id] = Entry(peer: id, name: p["name"] as? String ?? "", since: (p["since"] as? NSNumber)?.int64Value ?? 0)
+            }
+        }
+        entries = Mutex(loaded)
+    }
+
+    /// Whether `peer` is trusted.
+    public func isTrusted(_ peer: PeerID) -> Bool { entries.withLock { $0[peer] != nil } }
+
+    /// Every trusted peer, by name.
+    public var all: [Entry] { entries.withLock { $0.values.sorted { ($0.name, $0.peer.text) < ($1.name, $1.peer.text) } } }
+
+    /// Trusts `peer` (saved at once); false when it already was.
+    @discardableResult
+    public func trust(_ peer: PeerID, name: String) -> Bool {
+        let added = entries.withLock { e -> Bool in
+            if e[peer] != nil { return false }
+            e[peer] = Entry(peer: peer, name: name, since: Int64(Date().timeIntervalSince1970))
+            return true
+        }
+        if added { save() }
+        return added
+    }
+
+    /// Forgets `peer` (saved at once); false when it was not trusted.
+    @discardableResult
+    public func forget(_ peer: PeerID) -> Bool {
+        let removed = entries.withLock { $0.removeValue(forKey: peer) != nil }
+        if removed { save() }
+        return removed
+    }
+
+    /// The last save's error, if it failed (the store in memory is still right).
+    public var saveError: String? { lastError.withLock { $0 } }
+    private let lastError = Mutex<String?>(nil)
+
+    private func save() {
+        guard let path else { return }
+        let list = all.map { e -> [String: Any] in ["id": Self.hex(e.peer.bytes), "name": e.name, "since": e.since] }
+        do {
+            let data = try JSONSerialization.data(withJSONObject: ["peers": list], options: [.prettyPrinted, .sortedKeys])
+            try AtomicFile.write(Array(data), to: path, mode: 0o600)
+            lastError.withLock { $0 = nil }
+        } catch {
+            lastError.withLock { $0 = "saving \(path): \(error)" }
+        }
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let chars = Array(hex.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i < chars.count {
+            guard let v = UInt8(String(decoding: chars[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(v)
+            i += 2
+        }
+        return out
+    }
+}

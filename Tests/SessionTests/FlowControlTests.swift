@@ -1,0 +1,262 @@
+import Testing
+@testable import Session
+
+/// Credit windows and the send scheduler's lanes.
+@Suite struct FlowControlTests {
+    static func data(_ stream: UInt32, _ n: Int) -> Frame { .streamData(streamID: stream, data: [UInt8](repeating: 1, count: n)) }
+    static func fragment(_ id: UInt32, _ n: Int, fin: Bool = true) -> Frame {
+        .message(MessageFragment(messageID: id, data: [UInt8](repeating: 2, count: n), isFinal: fin))
+    }
+
+    @Test func theSenderStopsAtTheWindowAndGoesOnWithCredit() throws {
+        var credit = SendCredit()
+        #expect(credit.available(on: 5) == 256 * 1024)
+        var s = SendScheduler(maxQueuedBytes: 64 * 1_048_576)
+        for _ in 0..<8 { #expect(s.enqueue(Self.data(5, 65_536)) == .queued) }
+        var sent = 0
+        while let f = s.next(credit: &credit) { sent += f.flowControlledBytes }
+        #expect(sent == 256 * 1024 && s.count(.bulk) == 4)
+        try credit.grant(streamBytes: 65_536, connectionBytes: 65_536, on: 5)
+        #expect(s.next(credit: &credit) == Self.data(5, 65_536))
+        #expect(s.next(credit: &credit) == nil)
+    }
+
+    @Test func theConnectionWindowBoundsAllStreamsTogether() throws {
+        var credit = SendCredit()
+        var s = SendScheduler(maxQueuedBytes: 64 * 1_048_576)
+        for stream in 1...6 as ClosedRange<UInt32> {
+            for _ in 0..<4 { _ = s.enqueue(Self.data(stream, 65_536)) }
+        }
+        var perStream: [UInt32: Int] = [:]
+        while let f = s.next(credit: &credit) { perStream[f.streamID, default: 0] += f.flowControlledBytes }
+        #expect(perStream.values.reduce(0, +) == 1_048_576)
+        // Round-robin: every stream got a share, none more than its window.
+        #expect(perStream.count == 6 && perStream.values.allSatisfy { $0 <= 256 * 1024 && $0 >= 131_072 })
+        #expect(credit.connection == 0)
+        #expect(throws: FlowControlViolation.self) {
+            try credit.grant(streamBytes: 0, connectionBytes: UInt32.max, on: 1)
+        }
+    }
+
+    @Test func aSenderNeverExceedsWhatTheReceiverGranted() throws {
+        // Random traffic through the two halves: the receiver never sees too much.
+        var rng = SplitMix(state: 7)
+        var send = SendCredit(connection: 300_000, stream: 100_000)
+        var recv = ReceiveCredit(connection: 300_000, stream: 100_000)
+        var s = SendScheduler(maxQueuedBytes: 100 * 1_048_576)
+        var messageID: UInt32 = 1
+        var consumedTotal = 0
+        var sentTotal = 0
+        for _ in 0..<2000 {
+            switch Int.random(in: 0..<3, using: &rng) {
+            case 0:
+                _ = s.enqueue(Self.data(UInt32.random(in: 1...4, using: &rng), Int.random(in: 0...20_000, using: &rng)))
+            case 1:
+                _ = s.enqueue(Self.fragment(messageID, Int.random(in: 0...30_000, using: &rng)))
+                messageID += 1
+            default:
+                guard let f = s.next(credit: &send) else { continue }
+                try recv.received(f.flowControlledBytes, on: f.streamID)
+                sentTotal += f.flowControlledBytes
+                // The application consumes at once; CREDIT flows back.
+                if f.type.isFlowControlled, let c = recv.consumed(f.flowControlledBytes, on: f.streamID),
+                   case .credit(let id, let sb, let cb) = c {
+                    try send.grant(streamBytes: sb, connectionBytes: cb, on: id)
+                    consumedTotal += Int(cb)
+                }
+            }
+        }
+        #expect(sentTotal > 1_000_000)
+        #expect(sentTotal - consumedTotal <= 300_000)
+    }
+
+    @Test func aReceiverThatGetsMoreThanItGrantedCloses() {
+        var recv = ReceiveCredit()
+        #expect(throws: FlowControlViolation(detail: "262145 bytes on stream 3, whose window had 262144 left")) {
+            try recv.received(262_145, on: 3)
+        }
+        var small = ReceiveCredit(connection: 100, stream: 80)
+        #expect(throws: Never.self) { try small.received(80, on: 1) }
+        #expect(throws: FlowControlViolation(detail: "30 bytes on stream 2, the connection's window had 20 left")) {
+            try small.received(30, on: 2)
+        }
+    }
+
+    @Test func creditIsReturnedEveryHalfWindow() {
+        var recv = ReceiveCredit()
+        #expect(recv.consumed(100_000, on: 0) == nil)
+        #expect(recv.consumed(31_072, on: 0) == .credit(streamID: 0, streamBytes: 131_072, connectionBytes: 131_072))
+        #expect(recv.remaining(on: 0) == 256 * 1024 + 131_072)
+        // Many streams each below half: the connection's half still triggers a grant.
+        var many = ReceiveCredit()
+        var grants: [Frame] = []
+        for id in 1...5 as ClosedRange<UInt32> {
+            if let c = many.consumed(110_000, on: id) { grants.append(c) }
+        }
+        #expect(grants == [.credit(streamID: 5, streamBytes: 110_000, connectionBytes: 550_000)])
+    }
+
+    @Test func controlAndMessagesNeverWaitBehindMoreThanOneBulkFrame() {
+        var credit = SendCredit(connection: .max / 4, stream: .max / 4)
+        var s = SendScheduler(maxQueuedBytes: 1 << 30)
+        for stream in 1...3 as ClosedRange<UInt32> {
+            for _ in 0..<50 { _ = s.enqueue(Self.data(stream, 65_536)) }
+        }
+        // The transport is writing one bulk frame...
+        guard case .streamData = s.next(credit: &credit) else { Issue.record("bulk first"); return }
+        // ...when a PING, a datagram and a small message are queued: they go next, in lane order.
+        _ = s.enqueue(Self.fragment(1, 10))
+        _ = s.enqueue(.unreliable([1]))
+        _ = s.enqueue(.ping(1))
+        #expect(s.next(credit: &credit) == .ping(1))
+        #expect(s.next(credit: &credit) == .unreliable([1]))
+        #expect(s.next(credit: &credit) == Self.fragment(1, 10))
+        guard case .streamData = s.next(credit: &credit) else { Issue.record("bulk again"); return }
+        // A long message is interleaved with control frames fragment by fragment too.
+        _ = s.enqueue((0..<10).map { Self.fragment(2, 65_532, fin: $0 == 9) })
+        #expect(s.next(credit: &credit)?.type == .message)
+        _ = s.enqueue(.pong(5))
+        #expect(s.next(credit: &credit) == .pong(5))
+    }
+
+    @Test func aBlockedMessageLetsOtherStreamsGo() {
+        // Stream 0 (messages) has no credit left; stream 1 has.
+        var credit = SendCredit(connection: 1_000_000, stream: 10)
+        var s = SendScheduler()
+        _ = s.enqueue(Self.fragment(1, 100))
+        _ = s.enqueue(Self.data(1, 10))
+        _ = s.enqueue(.streamClose(streamID: 1, reason: .normal))
+        #expect(s.next(credit: &credit) == Self.data(1, 10))
+        // The normal close follows its data in the bulk lane; it costs no credit.
+        #expect(s.next(credit: &credit) == .streamClose(streamID: 1, reason: .normal))
+        #expect(s.next(credit: &credit) == nil)
+        #expect(SendLane.of(.streamClose(streamID: 1, reason: .cancelled)) == .control)
+        #expect(SendLane.of(.resourceDone(resourceID: 1)) == .bulk)
+    }
+
+    @Test func theUnreliableLaneDropsTheNewestWhenFull() {
+        var s = SendScheduler(maxUnreliableFrames: 2)
+        #expect(s.enqueue(.unreliable([1])) == .queued)
+        #expect(s.enqueue(.unreliable([2])) == .queued)
+        #expect(s.enqueue(.unreliable([3])) == .dropped)
+        #expect(s.droppedUnreliable == 1)
+        var credit = SendCredit()
+        #expect(s.next(credit: &credit) == .unreliable([1]))
+        #expect(s.enqueue(.unreliable([4])) == .queued)
+    }
+
+    @Test func queuedBytesAreBoundedPerPeer() {
+        var s = SendScheduler(maxQueuedBytes: 200_000)
+        // A message bigger than the limit is taken when nothing else waits.
+        let big = (0..<5).map { Self.fragment(1, 65_532, fin: $0 == 4) }
+        #expect(s.canAccept(byteCount: 327_660))
+        #expect(s.enqueue(big) == .queued)
+        #expect(!s.canAccept(byteCount: 1))
+        #expect(s.enqueue(Self.fragment(2, 1)) == .busy)
+        #expect(s.enqueue(Self.data(1, 1)) == .busy)
+        // Control frames still go in (bounded by count).
+        #expect(s.enqueue(.pong(1)) == .queued)
+        var credit = SendCredit(connection: 1 << 30, stream: 1 << 30)
+        while s.next(credit: &credit) != nil {}
+        #expect(s.queuedBytes == 0 && s.enqueue(Self.fragment(2, 1)) == .queued)
+        var c = SendScheduler(maxControlFrames: 2)
+        #expect(c.enqueue(.pong(1)) == .queued && c.enqueue(.pong(2)) == .queued && c.enqueue(.pong(3)) == .busy)
+        // Cancelling a stream frees its queued data.
+        var d = SendScheduler()
+        for _ in 0..<3 { _ = d.enqueue(Self.data(7, 1000)) }
+        #expect(d.removeStream(7) == 3 && d.queuedBytes == 0)
+    }
+}
+
+/// The machine's flow control: what it receives is counted against the windows it granted,
+/// and what it sends goes through a scheduler within the peer's credit.
+@Suite struct ConnectionFlowTests {
+    static let t0 = ContinuousClock.now
+
+    @Test func aLargeMessageFlowsThroughTheWindowsWithCredit() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var listener = ConnectionRulesTests.connected(.listener)
+        var scheduler = SendScheduler()
+        let message = (0..<(3 * 1_048_576)).map { UInt8(truncatingIfNeeded: $0 / 3) }
+        #expect(scheduler.canAccept(byteCount: message.count))
+        for case .send(let f) in dialer.handle(.sendMessage(message), now: Self.t0) { _ = scheduler.enqueue(f) }
+        var delivered: [[UInt8]] = []
+        var rounds = 0
+        var credits = 0
+        while delivered.isEmpty && rounds < 100 {
+            rounds += 1
+            // The dialer writes what its credit allows: never more than the window. The
+            // listener's CREDIT frames reach the dialer after the burst.
+            var burst = 0
+            var returned: [Frame] = []
+            while let f = dialer.nextFrame(from: &scheduler) {
+                burst += f.flowControlledBytes
+                for a in listener.handle(.frame(f), now: Self.t0) {
+                    switch a {
+                    case .emit(.message(let m)): delivered.append(m)
+                    case .send(let c): returned.append(c)
+                    case .emit(.disconnected(let r, let d, _)): Issue.record("dropped: \(r) \(d)")
+                    default: break
+                    }
+                }
+            }
+            #expect(burst <= FlowWindow.initialStream)
+            credits += returned.count
+            for c in returned { _ = dialer.handle(.frame(c), now: Self.t0) }
+        }
+        #expect(delivered.count == 1 && delivered.first == message)
+        #expect(credits >= 20 && rounds >= 12 && scheduler.queuedBytes == 0)
+    }
+
+    @Test func sendingThroughTheSchedulerAnswersBusyWithoutLosingAnID() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var scheduler = SendScheduler(maxQueuedBytes: 100_000, maxUnreliableFrames: 1)
+        #expect(dialer.send(message: [UInt8](repeating: 1, count: 90_000), into: &scheduler) == .queued)
+        #expect(dialer.send(message: [UInt8](repeating: 2, count: 20_000), into: &scheduler) == .busy)
+        #expect(dialer.send(datagram: [1], into: &scheduler) == .queued)
+        #expect(dialer.send(datagram: [2], into: &scheduler) == .dropped)
+        #expect(dialer.send(message: [UInt8](repeating: 0, count: Wire.maxMessage + 1), into: &scheduler)
+                == .refused("the message is 16777217 bytes, at most 16777216"))
+        var ids: [UInt32] = []
+        while let f = dialer.nextFrame(from: &scheduler) { if case .message(let m) = f { ids.append(m.messageID) } }
+        #expect(dialer.send(message: [3], into: &scheduler) == .queued)
+        while let f = dialer.nextFrame(from: &scheduler) { if case .message(let m) = f { ids.append(m.messageID) } }
+        // The busy message took no id: the receiver sees 1 then 2.
+        #expect(ids == [1, 1, 2])
+        var ready = ConnectionRulesTests.ready(.dialer)
+        #expect(ready.send(message: [1], into: &scheduler) == .refused("not allowed before the invitation"))
+    }
+
+    @Test func aSenderStallsWithoutCredit() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var scheduler = SendScheduler()
+        for case .send(let f) in dialer.handle(.sendMessage([UInt8](repeating: 0, count: 1_048_576)), now: Self.t0) { _ = scheduler.enqueue(f) }
+        var sent = 0
+        while let f = dialer.nextFrame(from: &scheduler) { sent += f.flowControlledBytes }
+        // Four fragments of 65,536 payload bytes fill the 256 KiB window of stream 0.
+        #expect(sent == 262_144)
+        #expect(dialer.sendCredit.available(on: 0) == 0)
+        _ = dialer.handle(.frame(.credit(streamID: 0, streamBytes: 65_536, connectionBytes: 65_536)), now: Self.t0)
+        #expect(dialer.nextFrame(from: &scheduler)?.flowControlledBytes == 65_536)
+        #expect(dialer.nextFrame(from: &scheduler) == nil)
+    }
+
+    @Test func moreThanTheWindowClosesWithFlowControl() {
+        var m = ConnectionRulesTests.connected(.listener)
+        let chunk = Frame.streamData(streamID: 3, data: [UInt8](repeating: 0, count: 65_536))
+        for _ in 0..<4 { #expect(m.handle(.frame(chunk), now: Self.t0).count == 1) }
+        let actions = m.handle(.frame(chunk), now: Self.t0)
+        #expect(actions.contains(.emit(.disconnected(.flowControl, detail: "65536 bytes on stream 3, whose window had 0 left", byPeer: false))))
+        #expect(m.state == .closing(.flowControl))
+        // Consuming returns credit: a second stream that is read keeps going.
+        var n = ConnectionRulesTests.connected(.listener)
+        for _ in 0..<4 { _ = n.handle(.frame(chunk), now: Self.t0) }
+        #expect(n.handle(.consumed(streamID: 3, bytes: 262_144), now: Self.t0)
+                == [.send(.credit(streamID: 3, streamBytes: 262_144, connectionBytes: 262_144))])
+        #expect(n.handle(.frame(chunk), now: Self.t0).count == 1 && n.state == .connected)
+        // A CREDIT that grows a window past 2^31 - 1 is the peer's error too.
+        var o = ConnectionRulesTests.connected(.dialer)
+        let bad = o.handle(.frame(.credit(streamID: 0, streamBytes: .max, connectionBytes: 0)), now: Self.t0)
+        #expect(bad.contains(.emit(.disconnected(.flowControl, detail: "CREDIT for stream 0 grows a window past 2147483647 bytes", byPeer: false))))
+    }
+}

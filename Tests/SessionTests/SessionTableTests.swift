@@ -1,0 +1,190 @@
+import Testing
+@testable import Session
+
+/// The peer table: the invite race, the peer limit, reconnects with backoff.
+@Suite struct SessionTableTests {
+    static let t0 = ContinuousClock.now
+    static let low = Fixtures.peer(0x01)
+    static let high = Fixtures.peer(0x02)
+
+    /// Two peers dial each other at once. Connection X is dialled by `a` (a's id 1, b's id
+    /// 11), Y by `b` (b's 2, a's 12). `aFirst`/`bFirst`: which connection each side
+    /// identifies first. Returns each side's closes and its peerConnected count after the
+    /// surviving invitation is accepted.
+    struct RaceResult: Equatable {
+        var aClosed: [SessionTable.Action] = []
+        var bClosed: [SessionTable.Action] = []
+        var aConnected = 0
+        var bConnected = 0
+        var listenerDecision: SessionTable.InvitationDecision?
+    }
+
+    static func race(a: PeerID, b: PeerID, aFirst: String, bFirst: String) -> RaceResult {
+        var ta = SessionTable(localID: a)
+        var tb = SessionTable(localID: b)
+        var r = RaceResult()
+        #expect(ta.dialing(1, to: b) == nil)
+        #expect(tb.dialing(2, to: a) == nil)
+        ta.accepted(12)
+        tb.accepted(11)
+        for c in aFirst == "X" ? [1, 12] : [12, 1] as [ConnectionID] { r.aClosed += ta.identified(c, as: b) }
+        for c in bFirst == "X" ? [11, 2] : [2, 11] as [ConnectionID] { r.bClosed += tb.identified(c, as: a) }
+        // Report the closes back, as the machines would.
+        for case .close(let id, let reason) in r.aClosed { _ = ta.closed(id, reason: reason, now: t0, random: 0.5) }
+        for case .close(let id, let reason) in r.bClosed { _ = tb.closed(id, reason: reason, now: t0, random: 0.5) }
+        // The survivor's INVITE reaches its listener.
+        let xSurvives = a < b
+        let listener = xSurvives ? tb.invitation(on: 11) : ta.invitation(on: 12)
+        r.listenerDecision = listener
+        for (id, isA) in (xSurvives ? [(1, true), (11, false)] : [(12, true), (2, false)]) as [(ConnectionID, Bool)] {
+            let actions = isA ? ta.connected(id) : tb.connected(id)
+            let n = actions.filter { if case .peerConnected = $0 { true } else { false } }.count
+            if isA { r.aConnected += n } else { r.bConnected += n }
+        }
+        // A late duplicate report does not report the peer again.
+        #expect(ta.connected(xSurvives ? 1 : 12).isEmpty)
+        #expect(ta.connectedPeers == [b] && tb.connectedPeers == [a])
+        return r
+    }
+
+    @Test(arguments: ["X", "Y"], ["X", "Y"])
+    func theConnectionDialledByTheSmallerIDSurvives(aFirst: String, bFirst: String) {
+        // a < b: X (dialled by a) survives on both sides; Y is closed as a duplicate.
+        let r = Self.race(a: Self.low, b: Self.high, aFirst: aFirst, bFirst: bFirst)
+        #expect(r.aClosed == [.close(12, .duplicate)])
+        #expect(r.bClosed == [.close(2, .duplicate)])
+        #expect(r.aConnected == 1 && r.bConnected == 1)
+        // b was inviting a too: a's invitation is accepted without asking b's user again.
+        #expect(r.listenerDecision == .accept)
+        // a > b: Y (dialled by b) survives.
+        let s = Self.race(a: Self.high, b: Self.low, aFirst: aFirst, bFirst: bFirst)
+        #expect(s.aClosed == [.close(1, .duplicate)])
+        #expect(s.bClosed == [.close(11, .duplicate)])
+        #expect(s.aConnected == 1 && s.bConnected == 1)
+        #expect(s.listenerDecision == .accept)
+    }
+
+    @Test func anInvitationIsAskedUnlessThisSideWasInvitingToo() {
+        var t = SessionTable(localID: Self.low)
+        t.accepted(5)
+        #expect(t.identified(5, as: Self.high).isEmpty)
+        #expect(t.invitation(on: 5) == .ask)
+        #expect(t.invitation(on: 99) == .decline(.protocolError))
+        _ = t.connected(5)
+        // Already connected: a second session with the same peer is a duplicate.
+        t.accepted(6)
+        #expect(t.invitation(on: 6) == .decline(.protocolError))  // not identified yet
+        #expect(t.dialing(7, to: Self.high) == .duplicate)
+        #expect(t.dialing(8, to: Self.low) == .selfConnection)
+    }
+
+    @Test func aNewerConnectionFromTheSamePeerReplacesAStaleOne() {
+        // high lost its connection to low without low noticing, and dials again.
+        var t = SessionTable(localID: Self.low)
+        t.accepted(1)
+        _ = t.identified(1, as: Self.high)
+        #expect(t.connected(1) == [.peerConnected(Self.high, 1)])
+        t.accepted(2)
+        #expect(t.identified(2, as: Self.high) == [.close(1, .replaced), .peerDisconnected(Self.high, .replaced)])
+        #expect(t.closed(1, reason: .replaced, now: Self.t0, random: 0.5).isEmpty)
+        #expect(t.invitation(on: 2) == .ask)
+        #expect(t.connected(2) == [.peerConnected(Self.high, 2)])
+    }
+
+    @Test func theNinthPeerIsRefusedAsFull() {
+        var t = SessionTable(localID: Fixtures.peer(0))
+        for i in 1...8 as ClosedRange<UInt8> {
+            t.accepted(ConnectionID(i))
+            _ = t.identified(ConnectionID(i), as: Fixtures.peer(i))
+            #expect(t.invitation(on: ConnectionID(i)) == .ask)
+            #expect(t.connected(ConnectionID(i)) == [.peerConnected(Fixtures.peer(i), ConnectionID(i))])
+        }
+        t.accepted(9)
+        _ = t.identified(9, as: Fixtures.peer(9))
+        #expect(t.invitation(on: 9) == .decline(.full))
+        #expect(t.dialing(10, to: Fixtures.peer(10)) == .full)
+        // One leaves: room again.
+        #expect(t.closed(3, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Fixtures.peer(3), .normal)])
+        #expect(t.invitation(on: 9) == .ask)
+        #expect(SessionTable(localID: Self.low, maxPeers: 100).maxPeers == 64)
+    }
+
+    @Test func invitationsBeingAnsweredAndDialsHoldAPlace() {
+        var t = SessionTable(localID: Fixtures.peer(0), maxPeers: 3)
+        #expect(t.dialing(1, to: Fixtures.peer(1)) == nil)
+        t.accepted(2)
+        _ = t.identified(2, as: Fixtures.peer(2))
+        #expect(t.invitation(on: 2) == .ask)
+        // The race's two connections to one peer take one place.
+        #expect(t.dialing(3, to: Fixtures.peer(3)) == nil)
+        t.accepted(4)
+        #expect(t.identified(4, as: Fixtures.peer(3)) == [.close(4, .duplicate)])
+        #expect(t.occupiedPeers.count == 3)
+        t.accepted(5)
+        _ = t.identified(5, as: Fixtures.peer(5))
+        #expect(t.invitation(on: 5) == .decline(.full))
+        #expect(t.dialing(6, to: Fixtures.peer(6)) == .full)
+        // A dial that failed frees its place.
+        _ = t.closed(1, reason: .timeout, now: Self.t0, random: 0.5)
+        #expect(t.invitation(on: 5) == .ask)
+        #expect(SessionTable(localID: Self.low, maxPeers: 0).maxPeers == 1)
+    }
+
+    @Test func backoffDoublesToItsCapWithTheJitterGiven() {
+        let b = ReconnectBackoff.standard
+        let middle = (1...9).map { b.delay(before: $0, random: 0.5) }
+        #expect(middle == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16), .seconds(30), .seconds(30), .seconds(30)])
+        #expect(b.delay(before: 1, random: 0) == .milliseconds(400))
+        #expect(b.delay(before: 7, random: 1) == .seconds(36))
+        #expect(b.delay(before: 12, random: 0.5) == .seconds(30))
+        #expect(b.delay(before: 13, random: 0.5) == nil)
+        #expect(ReconnectBackoff(jitter: 0).delay(before: 2, random: 0.9) == .seconds(1))
+    }
+
+    @Test func aTrustedPeerIsRedialledUntilTheBackoffGivesUp() {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(4), jitter: 0.5, maxAttempts: 3))
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        // Lost: first reconnect after 1 s (random 0.5: the middle of the jitter).
+        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        // Each attempt times out (the handshake or invitation deadline): the next waits longer.
+        var now = Self.t0 + .seconds(1)
+        var schedule: [SessionTable.Action] = []
+        for id in 2...4 as ClosedRange<ConnectionID> {
+            #expect(t.dialing(id, to: Self.high) == nil)
+            now = now + .seconds(10)
+            schedule += t.closed(id, reason: .timeout, now: now, random: 1)
+        }
+        #expect(schedule == [
+            .reconnect(Self.high, at: Self.t0 + .seconds(11) + .seconds(3), attempt: 2),
+            .reconnect(Self.high, at: Self.t0 + .seconds(21) + .seconds(6), attempt: 3),
+            .gaveUp(Self.high, attempts: 3),
+        ])
+    }
+
+    @Test func aChosenEndIsNotRedialledAndASessionResetsTheCount() {
+        var t = SessionTable(localID: Self.low)
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Self.high, .normal)])
+        _ = t.dialing(2, to: Self.high)
+        #expect(t.closed(2, reason: .transportClosed, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+        _ = t.dialing(3, to: Self.high)
+        #expect(t.closed(3, reason: .timeout, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 2)])
+        // The peer comes back (it dialled us): the count starts again.
+        t.accepted(4)
+        _ = t.identified(4, as: Self.high)
+        _ = t.connected(4)
+        #expect(t.closed(4, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+        t.distrust(Self.high)
+        _ = t.dialing(5, to: Self.high)
+        #expect(t.closed(5, reason: .timeout, now: Self.t0, random: 0.5).isEmpty)
+        #expect(!t.isTrusted(Self.high))
+    }
+}
