@@ -47,7 +47,8 @@ let package = Package(
         // BlueZ object model over D-Bus.
         .target(name: "BlueZ", dependencies: ["DBus", "BLE", "Logging"]),
         // Daemon: services, config, logging, control server.
-        .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments", "DNSSD"]),
+        .target(name: "Daemon", dependencies: ["BlueZ", "DBus", "Control", "SystemKit", "BLE", "Logging", "Arguments", "DNSSD",
+                                              "Peer", "Session", "TLS"]),
         // CLI: argument parsing, commands, output.
         .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments", "BLE"]),
 
@@ -65,9 +66,9 @@ let package = Package(
         .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
-        .testTarget(name: "SystemKitTests", dependencies: ["SystemKit"]),
+        .testTarget(name: "SystemKitTests", dependencies: ["SystemKit", "TestSupport"]),
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
-        .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging"]),
+        .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

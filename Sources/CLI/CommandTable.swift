@@ -14,6 +14,7 @@ public enum CommandTable {
         ["advertise"]: "Advertise over LE.",
         ["agent"]: "The built-in pairing agent.",
         ["dnssd"]: DNSSDCommands.groupAbstract,
+        ["peer"]: PeerCommands.groupAbstract,
     ]
 
     /// The leaf commands, in the order help lists them.
@@ -51,6 +52,17 @@ public enum CommandTable {
         DNSSDCommands.browse,
         DNSSDCommands.resolve,
         DNSSDCommands.types,
+        PeerCommands.identity,
+        PeerCommands.connect,
+        PeerCommands.invitations,
+        PeerCommands.accept,
+        PeerCommands.decline,
+        PeerCommands.sessions,
+        PeerCommands.send,
+        PeerCommands.disconnect,
+        PeerCommands.trust,
+        PeerCommands.forget,
+        PeerCommands.trusted,
     ]
 
     /// The options every command accepts (before or after the command name).

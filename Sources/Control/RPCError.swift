@@ -40,6 +40,9 @@ public enum RPCErrorCode {
     public static let dnssdFailed = -32012
     /// A service could not be resolved.
     public static let dnssdNotResolved = -32013
+    /// A peer session could not be made, or ended: `data.reason` names why (`declined`,
+    /// `timeout`, `full`, `encryption-mismatch`, `identity-mismatch`, ...).
+    public static let peerRefused = -32014
 
     /// A short name for a known code ("adapter not found"), or nil.
     public static func name(of code: Int) -> String? {
@@ -58,6 +61,7 @@ public enum RPCErrorCode {
         case busy: return "busy"
         case notSupported: return "not supported"
         case invalidState: return "invalid state"
+        case peerRefused: return "peer refused"
         case notFound: return "not found"
         case dnssdUnavailable: return "DNS-SD unavailable"
         case dnssdNotFound: return "DNS-SD ID not found"

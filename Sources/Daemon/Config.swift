@@ -156,7 +156,11 @@ public struct DaemonConfig: Sendable, Equatable {
     /// their own add their keys here (a section is known when one of its keys is listed);
     /// every other key is an error, so typos never pass silently. Their values are checked by
     /// the capability that owns them, when the daemon starts.
-    public static let registeredSectionKeys: Set<String> = ["agent.policy", "agent.timeout"]
+    public static let registeredSectionKeys: Set<String> = [
+        "agent.policy", "agent.timeout",
+        "peer.name", "peer.port", "peer.listen", "peer.encryption", "peer.accept", "peer.max_peers",
+        "peer.ping_interval", "peer.missed_pings",
+    ]
 
     /// The top-level keys, in the order they are documented.
     public static let knownKeys: [String] = [

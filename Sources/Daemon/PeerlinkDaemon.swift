@@ -61,7 +61,7 @@ public final class PeerlinkDaemon: Sendable {
 
     /// Every capability the daemon has. A new capability is added here (one line) and lives in its own files.
     static func makeCapabilities() -> [any DaemonCapability] {
-        [GattCapability(), AdvertiseCapability(), AgentCapability(), CentralCapability(), DNSSDCapability()]
+        [GattCapability(), AdvertiseCapability(), AgentCapability(), CentralCapability(), DNSSDCapability(), PeerCapability()]
     }
 
     /// Clients connected to the control socket now.

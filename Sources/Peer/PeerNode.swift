@@ -134,7 +134,12 @@ public final class PeerNode: Sendable {
         guard context.count <= Wire.maxContext else {
             throw PeerError.invalid("context", "at most \(Wire.maxContext) bytes, got \(context.count)")
         }
-        let addresses = try await Self.offPool { try TCPSocket.resolve(target) }
+        let addresses: [SocketAddress]
+        do {
+            addresses = try await Self.offPool { try TCPSocket.resolve(target) }
+        } catch {
+            throw PeerError.unreachable(target.description, "\(error)")
+        }
         var lastError: any Error = PeerError.unreachable(target.description, "no address")
         for address in addresses {
             let fd: Int32

@@ -42,8 +42,8 @@ import Testing
     }
 
     @Test(arguments: [
-        ([], "missing command for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, help)", "peerlink"),
-        (["stat"], "unknown command 'stat' for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, help)", "peerlink"),
+        ([], "missing command for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, peer, help)", "peerlink"),
+        (["stat"], "unknown command 'stat' for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, peer, help)", "peerlink"),
         (["status", "now"], "unexpected argument 'now' for 'peerlink status'", "peerlink status"),
         (["status", "--timeout", "0"], "invalid value '0' for '--timeout <seconds>': must be more than 0 seconds", "peerlink status"),
         (["--timeout", "soon", "status"], "invalid value 'soon' for '--timeout <seconds>': expected a number of seconds", "peerlink"),
@@ -62,7 +62,7 @@ import Testing
         (["watch", "--count", "1", "--count", "2"], "'--count <n>' given more than once", "peerlink watch"),
         (["watch", "--topic"], "missing value for '--topic <topic>'", "peerlink watch"),
         (["watch", "adapter"], "unexpected argument 'adapter' for 'peerlink watch'", "peerlink watch"),
-        (["help", "nope"], "unknown command 'nope' for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, help)", "peerlink"),
+        (["help", "nope"], "unknown command 'nope' for 'peerlink' (expected one of: status, adapter, watch, gatt, advertise, agent, scan, connect, disconnect, devices, services, read, write, subscribe, pair, trust, forget, dnssd, peer, help)", "peerlink"),
     ] as [([String], String, String)])
     func usageErrorsExitTwo(args: [String], message: String, command: String) {
         let run = peerlink(args)

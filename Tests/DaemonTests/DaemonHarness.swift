@@ -140,6 +140,17 @@ final class RawClient {
         return false
     }
 
+    /// Sends a request and returns the whole reply (result or error; notifications are skipped).
+    func request(_ method: String, _ params: [String: JSONValue] = [:], timeout: Double = 30) throws -> JSONValue {
+        let id = nextID
+        nextID += 1
+        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine())
+        while true {
+            guard let reply = try readJSON(timeout: timeout) else { throw TestSupportError("connection closed") }
+            if reply["id"] == .int(id) { return reply }
+        }
+    }
+
     /// Sends a request and returns its result, or throws the RPC error (notifications are skipped).
     func call(_ method: String, _ params: [String: JSONValue] = [:], timeout: Double = 30) throws -> JSONValue {
         let id = nextID

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import SystemKit
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -31,49 +32,7 @@ import Glibc
         func wait(until condition: () -> Bool) async -> Bool { await signal.wait(until: condition) }
     }
 
-    /// Wakes async waiters without blocking a thread of the cooperative pool (tests run there
-    /// side by side: a blocked thread would starve the others' tasks).
-    final class Signal: Sendable {
-        private let state = Mutex<(generation: UInt64, waiters: [CheckedContinuation<Void, Never>])>((0, []))
-
-        func fire() {
-            let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-                s.generation += 1
-                defer { s.waiters = [] }
-                return s.waiters
-            }
-            for c in waiters { c.resume() }
-        }
-
-        private var generation: UInt64 { state.withLock { $0.generation } }
-
-        private func next(after generation: UInt64) async {
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { s -> Bool in
-                    if s.generation != generation { return true }
-                    s.waiters.append(c)
-                    return false
-                }
-                if now { c.resume() }
-            }
-        }
-
-        /// Waits until `condition` holds (checked at each `fire`); false after `timeout`.
-        func wait(timeout: Duration = .seconds(5), until condition: () -> Bool) async -> Bool {
-            let deadline = ContinuousClock.now + timeout
-            let timer = Task { [self] in
-                try? await Task.sleep(until: deadline)
-                fire()
-            }
-            defer { timer.cancel() }
-            while true {
-                let g = generation
-                if condition() { return true }
-                if ContinuousClock.now >= deadline { return false }
-                await next(after: g)
-            }
-        }
-    }
+    typealias Signal = AsyncSignal
 
     /// Runs blocking `body` on a thread of its own (not the cooperative pool's).
     static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import SystemKit
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc

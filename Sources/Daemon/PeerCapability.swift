@@ -1,0 +1,156 @@
+import Control
+import Foundation
+import Logging
+import Peer
+import Session
+import Synchronization
+import SystemKit
+import TLS
+
+/// Peer sessions (MultipeerConnectivity's session, invitations and messages) over TCP and TLS:
+/// the `peer.*` methods and events.
+///
+/// The identity (a P-256 key and a self-signed certificate whose SHA-256 is the peer ID) and
+/// the trusted peers live in `<state_dir>/peer/`. The node listens from the daemon's start
+/// (`peer.port`, default any); `peer.connect` dials `HOST:PORT`. Events go to every
+/// subscribed client; an invitation waits for `peer.accept`/`peer.decline` from any client
+/// (policy `ask`) or is answered by the policy.
+final class PeerCapability: DaemonCapability {
+    let name = "peer"
+    private let state = Mutex<(node: PeerNode?, trust: TrustStore?, context: DaemonContext?)>((nil, nil, nil))
+
+    init() {}
+
+    func register(_ context: DaemonContext) throws {
+        let config = try Self.settings(context.settings)
+        let directory = (context.stateDirectory as NSString).appendingPathComponent("peer")
+        let logger = context.logger.child("peer")
+        let identity: TLSIdentity
+        let trust: TrustStore
+        do {
+            identity = try TLSIdentity.loadOrCreate(directory: directory)
+            trust = try TrustStore(path: (directory as NSString).appendingPathComponent("trusted-peers.json"))
+        } catch {
+            throw DaemonError("peer sessions: \(error)")
+        }
+        let node = try PeerNode(identity: identity, config: config, trust: trust, logger: logger) { [weak self] e in self?.deliver(e) }
+        do {
+            try node.start()
+        } catch {
+            throw DaemonError("peer sessions: cannot listen on port \(config.port): \(error)")
+        }
+        state.withLock { $0 = (node, trust, context) }
+
+        context.register(ControlMethod.peerIdentity) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            var o = Self.json(node.peerID)
+            o["name"] = .string(config.displayName)
+            o["port"] = .int(Int64(node.port))
+            o["encryption"] = .string(Self.name(config.encryption))
+            o["accept"] = .string(config.accept.rawValue)
+            o["max_peers"] = .int(Int64(config.maxPeers))
+            return .object(o)
+        }
+        context.register(ControlMethod.peerConnect) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["address", "peer", "context_base64", "timeout"])
+            let text = try p.string("address")
+            let target: HostPort
+            do throws(SystemError) { target = try HostPort(text) } catch { throw .invalidParams("address", error.context ?? "\(error)") }
+            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer") }
+            let context = try Self.bytes(p, base64: "context_base64") ?? []
+            let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
+            let s = try await rpc {
+                try await node.connect(to: target, context: context, timeout: .milliseconds(Int64(timeout * 1000)), expected: expected)
+            }
+            return Self.json(s)
+        }
+        context.register(ControlMethod.peerInvitations) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            return ["invitations": .array(node.pendingInvitations.sorted { $0.id < $1.id }.map { Self.json($0) })]
+        }
+        for (method, accept) in [(ControlMethod.peerAccept, true), (ControlMethod.peerDecline, false)] {
+            context.register(method) { p, _ throws(RPCError) in
+                try p.rejectUnknown(allowed: ["invitation"])
+                let id = try p.int("invitation", in: 1...Int64.max)
+                try await rpc { try node.answer(invitation: UInt64(id), accept: accept) }
+                return ["invitation": .int(id), "accepted": .bool(accept)]
+            }
+        }
+        context.register(ControlMethod.peerSessions) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            return ["sessions": .array(node.sessions.sorted { $0.connection < $1.connection }.map { Self.json($0) })]
+        }
+        context.register(ControlMethod.peerSend) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["to", "data_base64", "text", "reliable"])
+            guard let data = try Self.bytes(p, base64: "data_base64", text: "text") else {
+                throw .invalidParams("data_base64", "required (or \"text\")")
+            }
+            var peers: [PeerID] = []
+            if case .string(let s)? = p["to"] {
+                guard s == "all" else { throw .invalidParams("to", "expected \"all\" or a list of peer IDs, got \"\(s)\"") }
+            } else if let list = try p.optionalStringArray("to") {
+                for t in list { peers.append(try Self.peerID(t, "to")) }
+                guard !peers.isEmpty else { throw .invalidParams("to", "the list is empty") }
+            }
+            let reliable = try p.optionalBool("reliable") ?? true
+            let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable) }
+            return ["sent_to": .array(sent.map { .string(Self.hex($0.bytes)) }), "bytes": .int(Int64(data.count))]
+        }
+        context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["peer"])
+            let peer = try Self.peer(p, "peer")
+            try await rpc { try node.disconnect(peer) }
+            return .object(Self.json(peer))
+        }
+        context.register(ControlMethod.peerTrust) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["peer", "name"])
+            let peer = try Self.peer(p, "peer")
+            let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
+            let added = trust.trust(peer, name: name)
+            if let e = trust.saveError { throw .internalError(e) }
+            var o = Self.json(peer)
+            o["added"] = .bool(added)
+            return .object(o)
+        }
+        context.register(ControlMethod.peerForget) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["peer"])
+            let peer = try Self.peer(p, "peer")
+            let removed = trust.forget(peer)
+            if let e = trust.saveError { throw .internalError(e) }
+            var o = Self.json(peer)
+            o["removed"] = .bool(removed)
+            return .object(o)
+        }
+        context.register(ControlMethod.peerTrusted) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            return ["peers": .array(trust.all.map { e in
+                var o = Self.json(e.peer)
+                o["name"] = .string(e.name)
+                o["since"] = .int(e.since)
+                return .object(o)
+            })]
+        }
+    }
+
+    func attach(_ session: BusSession) async {}
+    func detach() async {}
+
+    func shutdown() async {
+        state.withLock { $0.node }?.stop()
+    }
+
+    private func deliver(_ e: PeerEvent) {
+        guard let context = state.withLock({ $0.context }) else { return }
+        switch e {
+        case .invitation(let i): context.publish(topic: ControlEvent.peerInvitation, data: Self.json(i))
+        case .invitationEnded(let d): context.publish(topic: ControlEvent.peerInvitationEnded, data: Self.json(d))
+        case .connected(let s): context.publish(topic: ControlEvent.peerConnected, data: Self.json(s))
+        case .disconnected(let d): context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
+        case .message(let from, let bytes, let reliable):
+            var o = Self.json(from)
+            o["data_base64"] = .string(Data(bytes).base64EncodedString())
+            o["reliable"] = .bool(reliable)
+            context.publish(topic: ControlEvent.peerMessage, data: .object(o))
+        }
+    }
+}

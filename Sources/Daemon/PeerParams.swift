@@ -1,0 +1,172 @@
+import Control
+import Foundation
+import Peer
+import Session
+import SystemKit
+
+/// Settings, parameter checks and JSON shapes of peer sessions.
+extension PeerCapability {
+    /// The `peer.*` settings of the configuration file.
+    static func settings(_ s: [String: String]) throws(ConfigError) -> PeerNodeConfig {
+        func bad(_ key: String, _ why: String) -> ConfigError { ConfigError(file: "configuration", key: key, reason: why) }
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerlink"
+        let nameText = s["peer.name"] ?? String(host.utf8.prefix(Wire.maxDisplayName)) ?? "peerlink"
+        let name: String
+        do { name = try SessionValidation.displayName(nameText) } catch { throw bad("peer.name", error.description) }
+        var c = PeerNodeConfig(displayName: name)
+        if let t = s["peer.port"] {
+            guard let p = UInt16(t) else { throw bad("peer.port", "expected a port from 0 (any) to 65535, got \"\(t)\"") }
+            c.port = p
+        }
+        if let t = s["peer.listen"] {
+            switch t {
+            case "all": c.loopbackOnly = false
+            case "loopback": c.loopbackOnly = true
+            default: throw bad("peer.listen", "expected all or loopback, got \"\(t)\"")
+            }
+        }
+        if let t = s["peer.encryption"] {
+            guard let e = encryption(t) else { throw bad("peer.encryption", "expected required, optional or none, got \"\(t)\"") }
+            c.encryption = e
+        }
+        if let t = s["peer.accept"] {
+            guard let a = AcceptPolicy(rawValue: t) else { throw bad("peer.accept", "expected ask, trusted, all or none, got \"\(t)\"") }
+            c.accept = a
+        }
+        if let t = s["peer.max_peers"] {
+            guard let n = Int(t), (1...SessionTable.peerLimit).contains(n) else {
+                throw bad("peer.max_peers", "expected 1 to \(SessionTable.peerLimit), got \"\(t)\"")
+            }
+            c.maxPeers = n
+        }
+        if let t = s["peer.ping_interval"] {
+            guard let v = Double(t), (0.2...60).contains(v) else { throw bad("peer.ping_interval", "expected seconds from 0.2 to 60, got \"\(t)\"") }
+            c.pingInterval = .milliseconds(Int64(v * 1000))
+        }
+        if let t = s["peer.missed_pings"] {
+            guard let n = Int(t), (1...20).contains(n) else { throw bad("peer.missed_pings", "expected 1 to 20, got \"\(t)\"") }
+            c.missedPings = n
+        }
+        return c
+    }
+
+    static func encryption(_ text: String) -> EncryptionPreference? {
+        switch text {
+        case "required": .required
+        case "optional": .optional
+        case "none": EncryptionPreference.none
+        default: nil
+        }
+    }
+
+    static func name(_ e: EncryptionPreference) -> String {
+        switch e {
+        case .required: "required"
+        case .optional: "optional"
+        case .none: "none"
+        }
+    }
+
+    /// A peer ID parameter: 64 hex digits, or the grouped text form (`peer.identity`'s `id_text`).
+    static func peer(_ p: RPCParams, _ key: String) throws(RPCError) -> PeerID {
+        let text = try p.string(key)
+        return try peerID(text, key)
+    }
+
+    static func peerID(_ text: String, _ key: String) throws(RPCError) -> PeerID {
+        if text.count == 64, let bytes = hexBytes(text), let id = PeerID(bytes: bytes) { return id }
+        do {
+            return try PeerID(parsing: text)
+        } catch {
+            throw .invalidParams(key, "expected a peer ID (64 hex digits, or the grouped form peer.identity shows): \(error)")
+        }
+    }
+
+    static func hexBytes(_ text: String) -> [UInt8]? {
+        let chars = Array(text.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i < chars.count {
+            guard let v = UInt8(String(decoding: chars[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(v)
+            i += 2
+        }
+        return out
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    /// Opaque bytes given as `<key>_base64` (or `text` as UTF-8 for messages).
+    static func bytes(_ p: RPCParams, base64 key: String, text: String? = nil) throws(RPCError) -> [UInt8]? {
+        if let t = try p.optionalString(key) {
+            guard let d = Data(base64Encoded: t) else { throw .invalidParams(key, "not valid base64") }
+            return Array(d)
+        }
+        if let text, let t = try p.optionalString(text) { return Array(t.utf8) }
+        return nil
+    }
+
+    // MARK: JSON
+
+    static func json(_ id: PeerID) -> [String: JSONValue] {
+        ["peer": .string(hex(id.bytes)), "peer_text": .string(id.text), "short": .string(id.shortText)]
+    }
+
+    static func json(_ s: PeerSummary) -> JSONValue {
+        var o = json(s.peer)
+        o["name"] = .string(s.displayName)
+        o["address"] = .string(s.remote.description)
+        o["connection"] = .int(Int64(s.connection))
+        o["dialled"] = .bool(s.role == .dialer)
+        o["encrypted"] = .bool(s.encrypted)
+        o["pairing_code"] = s.pairingCode.map { .string($0.text) } ?? .null
+        o["trusted"] = .bool(s.trusted)
+        return .object(o)
+    }
+
+    static func json(_ i: PeerInvitation) -> JSONValue {
+        var o = json(i.peer)
+        o["invitation"] = .int(Int64(i.id))
+        o["name"] = .string(i.displayName)
+        o["context_base64"] = .string(Data(i.context).base64EncodedString())
+        o["pairing_code"] = i.pairingCode.map { .string($0.text) } ?? .null
+        o["encrypted"] = .bool(i.encrypted)
+        o["trusted"] = .bool(i.trusted)
+        o["timeout_seconds"] = .double(Double(i.timeout.components.seconds))
+        return .object(o)
+    }
+
+    static func json(_ d: PeerDisconnect) -> JSONValue {
+        var o: [String: JSONValue] = d.peer.map { json($0) } ?? ["peer": .null]
+        o["name"] = d.displayName.map { .string($0) } ?? .null
+        o["address"] = .string(d.remote.description)
+        o["connection"] = .int(Int64(d.connection))
+        o["reason"] = .string(d.reason.description)
+        o["detail"] = .string(d.detail)
+        o["by_peer"] = .bool(d.byPeer)
+        o["was_connected"] = .bool(d.wasConnected)
+        return .object(o)
+    }
+}
+
+extension PeerError: RPCErrorConvertible {
+    /// The JSON-RPC error for a peer-session error, with a machine-readable `kind`.
+    var rpcError: RPCError {
+        switch self {
+        case .invalid(let what, let why): .invalidParams(what, why)
+        case .notFound(let what, let id):
+            RPCError(code: RPCErrorCode.notFound, message: description, data: ["kind": "not-found", "what": .string(what), "id": .string(id)])
+        case .notConnected(let p):
+            RPCError(code: RPCErrorCode.invalidState, message: description, data: ["kind": "not-connected", "peer": .string(p)])
+        case .full(let n):
+            RPCError(code: RPCErrorCode.busy, message: description, data: ["kind": "full", "max_peers": .int(Int64(n))])
+        case .unreachable(let target, let why):
+            RPCError(code: RPCErrorCode.peerRefused, message: description,
+                     data: ["kind": "unreachable", "reason": "unreachable", "address": .string(target), "detail": .string(why)])
+        case .refused(let d):
+            RPCError(code: RPCErrorCode.peerRefused, message: description,
+                     data: ["kind": "refused", "reason": .string(d.reason.description), "detail": .string(d.detail), "by_peer": .bool(d.byPeer)])
+        }
+    }
+}

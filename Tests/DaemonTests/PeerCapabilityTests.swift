@@ -1,0 +1,151 @@
+import Control
+import Foundation
+import Synchronization
+import SystemKit
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Peer sessions through the real `peerlinkd` binary: two daemons on loopback, driven over
+/// their control sockets as a client would (identity, connect with a context, the invitation
+/// answered by a client, the same pairing code on both, messages each way as events, trust,
+/// bad parameters named).
+@Suite(.serialized) struct PeerCapabilityTests {
+    static func daemon(_ bus: PrivateBus, name: String, accept: String) async throws -> DaemonHarness {
+        try await DaemonHarness(busAddress: bus.address, extraConfig: """
+        peer.name = \(name)
+        peer.listen = loopback
+        peer.accept = \(accept)
+        """)
+    }
+
+    /// Starts blocking `body` on a thread of its own now; `value` waits for its result.
+    final class OnThread<T: Sendable>: Sendable {
+        private let result = Mutex<Result<T, any Error>?>(nil)
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ body: @escaping @Sendable () throws -> T) {
+            Thread { [self] in
+                let r = Result { try body() }
+                result.withLock { $0 = r }
+                done.signal()
+            }.start()
+        }
+
+        /// The result, waiting up to `seconds`.
+        func value(within seconds: Double = 30) throws -> T {
+            guard done.wait(timeout: .now() + seconds) == .success, let r = result.withLock({ $0 }) else {
+                throw TestSupportError("no result within \(seconds) s")
+            }
+            return try r.get()
+        }
+    }
+
+    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> OnThread<T> { OnThread(body) }
+
+    @Test func identityIsMadeOnceAndKept() async throws {
+        let bus = try PrivateBus()
+        let h = try await Self.daemon(bus, name: "KenshinCui_Advertiser", accept: "ask")
+        defer { h.stop() }
+        let id = try h.call("peer.identity")
+        let hex = try #require(id["peer"]?.stringValue)
+        #expect(hex.count == 64 && hex.allSatisfy(\.isHexDigit))
+        #expect(id["name"] == "KenshinCui_Advertiser" && id["encryption"] == "required")
+        #expect((id["port"]?.intValue ?? 0) > 0)
+        #expect(id["peer_text"]?.stringValue?.count == 63, "8 groups of 7 with dashes")
+        // The key is the daemon's alone; the certificate's SHA-256 is the peer ID.
+        var st = stat()
+        #expect(stat(h.directory + "/state/peer/identity.key", &st) == 0 && st.st_mode & 0o777 == 0o600)
+        let fp = try await runTool("/usr/bin/openssl", ["x509", "-in", h.directory + "/state/peer/identity.crt", "-noout", "-fingerprint", "-sha256"])
+        #expect(fp.stdout.replacingOccurrences(of: ":", with: "").lowercased().contains(hex))
+    }
+
+    @Test func connectInviteAcceptAndMessagesBothWays() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "KenshinCui_Advertiser", accept: "ask")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "KenshinCui", accept: "ask")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bWatch = try RawClient(b.socketPath)
+        _ = try bWatch.call("events.subscribe", ["topics": ["peer"]])
+
+        // b invites a with a context; a's client sees the invitation and accepts it.
+        let context = Data("join my game".utf8).base64EncodedString()
+        // On a thread started here: a task would need a thread of the cooperative pool (two on
+        // this machine), which the other suites' blocking calls may all hold meanwhile.
+        let dial = Self.onThread {
+            try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)"), "context_base64": .string(context)])
+        }
+        let inv: JSONValue
+        do { inv = try aWatch.nextEvent("peer.invitation") } catch {
+            Issue.record("no invitation: \(error)\n--- a:\n\(a.log)\n--- b:\n\(b.log)")
+            return
+        }
+        #expect(inv["data"]?["peer"]?.stringValue == bID && inv["data"]?["name"] == "KenshinCui")
+        #expect(inv["data"]?["context_base64"]?.stringValue == context)
+        let code = try #require(inv["data"]?["pairing_code"]?.stringValue)
+        #expect(code.count == 6 && code.allSatisfy(\.isNumber))
+        _ = try a.call("peer.accept", ["invitation": inv["data"]?["invitation"] ?? .null])
+        let session = try dial.value()
+        #expect(session["peer"]?.stringValue == aID && session["pairing_code"]?.stringValue == code, "the same code on both ends")
+        #expect(session["encrypted"] == true)
+        #expect(try aWatch.nextEvent("peer.connected")["data"]?["pairing_code"]?.stringValue == code)
+
+        // A message each way, as events.
+        _ = try b.call("peer.send", ["to": .array([.string(aID)]), "text": "hello from b"])
+        let m1 = try aWatch.nextEvent("peer.message")
+        #expect(m1["data"]?["data_base64"]?.stringValue == Data("hello from b".utf8).base64EncodedString())
+        #expect(m1["data"]?["peer"]?.stringValue == bID && m1["data"]?["reliable"] == true)
+        _ = try a.call("peer.send", ["to": "all", "data_base64": .string(Data([0, 1, 2, 255]).base64EncodedString())])
+        let m2 = try bWatch.nextEvent("peer.message")
+        #expect(m2["data"]?["data_base64"]?.stringValue == Data([0, 1, 2, 255]).base64EncodedString())
+        let sessions = try a.call("peer.sessions")["sessions"]?.arrayValue ?? []
+        #expect(sessions.count == 1 && sessions.first?["peer"]?.stringValue == bID)
+
+        // Trust persists in the state directory; disconnect is seen by both.
+        #expect(try a.call("peer.trust", ["peer": .string(bID)])["added"] == true)
+        let trusted = try String(contentsOfFile: a.directory + "/state/peer/trusted-peers.json", encoding: .utf8)
+        #expect(trusted.contains(bID))
+        _ = try b.call("peer.disconnect", ["peer": .string(aID)])
+        #expect(try aWatch.nextEvent("peer.disconnected")["data"]?["reason"] == "normal")
+        #expect(try bWatch.nextEvent("peer.disconnected")["data"]?["by_peer"] == false)
+    }
+
+    @Test func aDeclinedInvitationFailsTheConnectWithItsReason() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "a", accept: "none")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "b", accept: "ask")
+        defer { b.stop() }
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let c = try RawClient(b.socketPath)
+        let reply = try c.request("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        #expect(reply["error"]?["code"]?.intValue == Int64(RPCErrorCode.peerRefused))
+        #expect(reply["error"]?["data"]?["reason"] == "declined" && reply["error"]?["data"]?["by_peer"] == true)
+    }
+
+    @Test(arguments: [
+        ("peer.connect", ["address": JSONValue.string("nohost")], "address"),
+        ("peer.connect", ["address": "127.0.0.1:1", "peer": "xyz"], "peer"),
+        ("peer.send", ["to": "everyone", "text": "x"], "to"),
+        ("peer.send", ["to": "all"], "data_base64"),
+        ("peer.accept", ["invitation": 99], "invitation"),
+        ("peer.disconnect", ["peer": .string(String(repeating: "ab", count: 32))], "peer"),
+    ] as [(String, [String: JSONValue], String)])
+    func badParametersAreNamed(method: String, params: [String: JSONValue], names: String) async throws {
+        let bus = try PrivateBus()
+        let h = try await Self.daemon(bus, name: "p", accept: "ask")
+        defer { h.stop() }
+        let reply = try RawClient(h.socketPath).request(method, params)
+        let message = reply["error"]?["message"]?.stringValue ?? ""
+        #expect(reply["error"] != nil && message.contains(names), "\(method) \(params) -> \(reply)")
+    }
+}
