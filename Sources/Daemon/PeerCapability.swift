@@ -12,7 +12,7 @@ import TLS
 ///
 /// The identity (a P-256 key and a self-signed certificate whose SHA-256 is the peer ID) and
 /// the trusted peers live in `<state_dir>/peer/`. The node listens from the daemon's start
-/// (`peer.port`, default any); `peer.connect` dials `HOST:PORT`. Events go to every
+/// (`peer.port`, default any; `peer.listen = off`: not at all); `peer.connect` dials `HOST:PORT`. Events go to every
 /// subscribed client; an invitation waits for `peer.accept`/`peer.decline` from any client
 /// (policy `ask`) or is answered by the policy.
 final class PeerCapability: DaemonCapability {
@@ -22,7 +22,7 @@ final class PeerCapability: DaemonCapability {
     init() {}
 
     func register(_ context: DaemonContext) throws {
-        let config = try Self.settings(context.settings)
+        let (config, listens) = try Self.settings(context.settings)
         let directory = (context.stateDirectory as NSString).appendingPathComponent("peer")
         let logger = context.logger.child("peer")
         let identity: TLSIdentity
@@ -34,10 +34,13 @@ final class PeerCapability: DaemonCapability {
             throw DaemonError("peer sessions: \(error)")
         }
         let node = try PeerNode(identity: identity, config: config, trust: trust, logger: logger) { [weak self] e in self?.deliver(e) }
-        do {
-            try node.start()
-        } catch {
-            throw DaemonError("peer sessions: cannot listen on port \(config.port): \(error)")
+        // `peer.listen = off`: this board only dials (no port open to peers).
+        if listens {
+            do {
+                try node.start()
+            } catch {
+                throw DaemonError("peer sessions: cannot listen on port \(config.port): \(error)")
+            }
         }
         state.withLock { $0 = (node, trust, context) }
 
@@ -94,7 +97,7 @@ final class PeerCapability: DaemonCapability {
             }
             let reliable = try p.optionalBool("reliable") ?? true
             let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable) }
-            return ["sent_to": .array(sent.map { .string(Self.hex($0.bytes)) }), "bytes": .int(Int64(data.count))]
+            return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])

@@ -7,7 +7,8 @@ import SystemKit
 /// Settings, parameter checks and JSON shapes of peer sessions.
 extension PeerCapability {
     /// The `peer.*` settings of the configuration file.
-    static func settings(_ s: [String: String]) throws(ConfigError) -> PeerNodeConfig {
+    static func settings(_ s: [String: String]) throws(ConfigError) -> (config: PeerNodeConfig, listens: Bool) {
+        var listens = true
         func bad(_ key: String, _ why: String) -> ConfigError { ConfigError(file: "configuration", key: key, reason: why) }
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerlink"
         let nameText = s["peer.name"] ?? String(host.utf8.prefix(Wire.maxDisplayName)) ?? "peerlink"
@@ -22,7 +23,8 @@ extension PeerCapability {
             switch t {
             case "all": c.loopbackOnly = false
             case "loopback": c.loopbackOnly = true
-            default: throw bad("peer.listen", "expected all or loopback, got \"\(t)\"")
+            case "off": listens = false
+            default: throw bad("peer.listen", "expected all, loopback or off, got \"\(t)\"")
             }
         }
         if let t = s["peer.encryption"] {
@@ -47,7 +49,7 @@ extension PeerCapability {
             guard let n = Int(t), (1...20).contains(n) else { throw bad("peer.missed_pings", "expected 1 to 20, got \"\(t)\"") }
             c.missedPings = n
         }
-        return c
+        return (c, listens)
     }
 
     static func encryption(_ text: String) -> EncryptionPreference? {
@@ -74,28 +76,13 @@ extension PeerCapability {
     }
 
     static func peerID(_ text: String, _ key: String) throws(RPCError) -> PeerID {
-        if text.count == 64, let bytes = hexBytes(text), let id = PeerID(bytes: bytes) { return id }
+        if let id = PeerID(hex: text) { return id }
         do {
             return try PeerID(parsing: text)
         } catch {
             throw .invalidParams(key, "expected a peer ID (64 hex digits, or the grouped form peer.identity shows): \(error)")
         }
     }
-
-    static func hexBytes(_ text: String) -> [UInt8]? {
-        let chars = Array(text.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        var i = 0
-        while i < chars.count {
-            guard let v = UInt8(String(decoding: chars[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
-            out.append(v)
-            i += 2
-        }
-        return out
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
 
     /// Opaque bytes given as `<key>_base64` (or `text` as UTF-8 for messages).
     static func bytes(_ p: RPCParams, base64 key: String, text: String? = nil) throws(RPCError) -> [UInt8]? {
@@ -110,7 +97,7 @@ extension PeerCapability {
     // MARK: JSON
 
     static func json(_ id: PeerID) -> [String: JSONValue] {
-        ["peer": .string(hex(id.bytes)), "peer_text": .string(id.text), "short": .string(id.shortText)]
+        ["peer": .string(id.hex), "peer_text": .string(id.text), "short": .string(id.shortText)]
     }
 
     static func json(_ s: PeerSummary) -> JSONValue {

@@ -31,7 +31,7 @@ public final class TrustStore: Sendable {
                 throw SystemError(call: "read", code: EINVAL, context: "\(path): not a trust store (expected {\"peers\": [...]})")
             }
             for (i, p) in peers.enumerated() {
-                guard let hex = p["id"] as? String, let bytes = Self.bytes(hex: hex), let id = PeerID(bytes: bytes) else {
+                guard let hex = p["id"] as? String, let id = PeerID(hex: hex) else {
                     throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].id is not 64 hex digits")
                 }
                 loaded[id] = Entry(peer: id, name: p["name"] as? String ?? "", since: (p["since"] as? NSNumber)?.int64Value ?? 0)
@@ -72,7 +72,7 @@ public final class TrustStore: Sendable {
 
     private func save() {
         guard let path else { return }
-        let list = all.map { e -> [String: Any] in ["id": Self.hex(e.peer.bytes), "name": e.name, "since": e.since] }
+        let list = all.map { e -> [String: Any] in ["id": e.peer.hex, "name": e.name, "since": e.since] }
         do {
             let data = try JSONSerialization.data(withJSONObject: ["peers": list], options: [.prettyPrinted, .sortedKeys])
             try AtomicFile.write(Array(data), to: path, mode: 0o600)
@@ -80,20 +80,5 @@ public final class TrustStore: Sendable {
         } catch {
             lastError.withLock { $0 = "saving \(path): \(error)" }
         }
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-
-    static func bytes(hex: String) -> [UInt8]? {
-        let chars = Array(hex.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        var i = 0
-        while i < chars.count {
-            guard let v = UInt8(String(decoding: chars[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
-            out.append(v)
-            i += 2
-        }
-        return out
     }
 }

@@ -13,10 +13,10 @@ import Glibc
 /// answered by a client, the same pairing code on both, messages each way as events, trust,
 /// bad parameters named).
 @Suite(.serialized) struct PeerCapabilityTests {
-    static func daemon(_ bus: PrivateBus, name: String, accept: String) async throws -> DaemonHarness {
+    static func daemon(_ bus: PrivateBus, name: String, accept: String, listen: String = "loopback") async throws -> DaemonHarness {
         try await DaemonHarness(busAddress: bus.address, extraConfig: """
         peer.name = \(name)
-        peer.listen = loopback
+        peer.listen = \(listen)
         peer.accept = \(accept)
         """)
     }
@@ -130,6 +130,19 @@ import Glibc
         let reply = try c.request("peer.connect", ["address": .string("127.0.0.1:\(port)")])
         #expect(reply["error"]?["code"]?.intValue == Int64(RPCErrorCode.peerRefused))
         #expect(reply["error"]?["data"]?["reason"] == "declined" && reply["error"]?["data"]?["by_peer"] == true)
+    }
+
+    /// `peer.listen = off`: no port is open, yet the board dials out.
+    @Test func aDialOnlyBoardOpensNoPortAndConnectsOut() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "hub", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "dial-only", accept: "all", listen: "off")
+        defer { b.stop() }
+        #expect(try b.call("peer.identity")["port"] == 0)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let session = try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        #expect(session["name"] == "hub" && session["encrypted"] == true)
     }
 
     @Test(arguments: [

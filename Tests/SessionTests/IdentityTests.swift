@@ -27,6 +27,15 @@ import Testing
         #expect(try PeerID(parsing: text) == id)
     }
 
+    @Test func hexRoundTripsAndRefusesEverythingElse() throws {
+        let id = try #require(PeerID(bytes: (0..<32).map { UInt8($0 * 7 + 1) }))
+        #expect(id.hex.count == 64 && id.hex == id.hex.lowercased())
+        #expect(PeerID(hex: id.hex) == id && PeerID(hex: id.hex.uppercased()) == id)
+        for bad in ["", String(id.hex.dropLast()), id.hex + "0", "g" + id.hex.dropFirst(), String(repeating: "é", count: 32)] {
+            #expect(PeerID(hex: bad) == nil, "\(bad)")
+        }
+    }
+
     @Test func parsingToleratesCaseAndMissingDashes() throws {
         let lower = Self.syncthingText.lowercased()
         #expect(try PeerID(parsing: lower) == Self.syncthingID)
