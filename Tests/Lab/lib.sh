@@ -218,6 +218,7 @@ declare -A PEERLINKD_PID=()
 # logging to $LAB_OUT/peerlinkd-NAME.log; wait (15 s) until `peerlink status`
 # gets an answer (exit 0, 1 or 2; 3 means it could not reach the daemon).
 # The daemon is stopped when the scenario exits.  Sets PEERLINKD_PID[NAME].
+# PL_CONFIG=FILE: the configuration file (default none: /dev/null).
 start_peerlinkd() {
     local name=$1 adapter=$2; shift 2
     require_peerlink
@@ -227,7 +228,7 @@ start_peerlinkd() {
     rm -rf "${sock%/*}" "$state"
     mkdir -p "${sock%/*}" "$state"
     "$PEERLINK_BIN/peerlinkd" --socket "$sock" --adapter "$adapter" --state-dir "$state" \
-        --config /dev/null "$@" </dev/null >>"$log" 2>&1 &
+        --config "${PL_CONFIG:-/dev/null}" "$@" </dev/null >>"$log" 2>&1 &
     local pid=$!
     PEERLINKD_PID[$name]=$pid
     _LIB_PIDS+=("$pid")
