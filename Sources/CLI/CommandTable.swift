@@ -73,7 +73,8 @@ public enum CommandTable {
     public static let globalOptions: [Option] = [
         .value("socket", valueName: "path",
                help: "The daemon's control socket (default: $\(ControlDefaults.socketEnvironmentVariable), else \(ControlDefaults.socketPath))."),
-        .flag("json", help: "Print results as one JSON object per line."),
+        .flag("json", help: "Print results as one JSON object per line (a daemon error as {\"error\": {...}})."),
+        .flag("verbose", help: "On an error from the daemon, also print its JSON-RPC code, name and data."),
         .value("timeout", valueName: "seconds", parser: .seconds, default: "30",
                help: "Seconds to wait for each reply from the daemon."),
     ]
