@@ -13,7 +13,7 @@ extension ValueParser {
     /// A Bluetooth UUID: 16-bit (180d), 32-bit or 128-bit with dashes.
     static let bluetoothUUID = ValueParser.custom { text throws(ValueError) in
         do { return .string(try BluetoothUUID(parsing: text).uuidString) } catch let e as BluetoothUUID.ParseError { throw ValueError(e.reason) } catch { throw ValueError("\(error)") }
-    }
+    }.completing(.dynamic("uuid"))
 }
 
 /// `peerlink scan`, `connect`, `read`, `subscribe`, ...: the central role.

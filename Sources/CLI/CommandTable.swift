@@ -71,7 +71,7 @@ public enum CommandTable {
 
     /// The options every command accepts (before or after the command name).
     public static let globalOptions: [Option] = [
-        .value("socket", valueName: "path",
+        .value("socket", valueName: "path", parser: ValueParser.string.completing(.file),
                help: "The daemon's control socket (default: $\(ControlDefaults.socketEnvironmentVariable), else \(ControlDefaults.socketPath))."),
         .flag("json", help: "Print results as one JSON object per line (a daemon error as {\"error\": {...}})."),
         .flag("verbose", help: "On an error from the daemon, also print its JSON-RPC code, name and data."),
