@@ -128,28 +128,28 @@ struct ShellCompletion {
     private func walker(first: String, last: String) -> String {
         """
         local cmdpath='' socket='' pending='' ended=0 help=0 nargs=0 i word
-                for (( i = \(first); i < \(last); i++ )); do
-                    word=${words[i]}
-                    if [[ -n $pending ]]; then
-                        [[ $word == '=' ]] && continue   # bash splits --opt=value at the '='
-                        [[ $pending == --socket ]] && socket=$word
-                        pending=''
-                    elif [[ $ended == 0 && $word == -- ]]; then
-                        ended=1
-                    elif [[ $ended == 0 && $word == --socket=* ]]; then
-                        socket=${word#--socket=}
-                    elif [[ $ended == 0 && $word == -?* && $word != *=* ]]; then
-                        [[ $(\(prefix)_option_value "$cmdpath" "$word") != flag ]] && pending=$word
-                    elif [[ $ended == 0 && $word == -?* ]]; then
-                        :
-                    elif [[ -z $cmdpath && $help == 0 && $word == help ]]; then
-                        help=1
-                    elif [[ " $(\(prefix)_subcommands "$cmdpath") " == *" $word "* ]]; then
-                        cmdpath=${cmdpath:+$cmdpath }$word
-                    else
-                        (( nargs++ ))
-                    fi
-                done
+            for (( i = \(first); i < \(last); i++ )); do
+                word=${words[i]}
+                if [[ -n $pending ]]; then
+                    [[ $word == '=' ]] && continue   # bash splits --opt=value at the '='
+                    [[ $pending == --socket ]] && socket=$word
+                    pending=''
+                elif [[ $ended == 0 && $word == -- ]]; then
+                    ended=1
+                elif [[ $ended == 0 && $word == --socket=* ]]; then
+                    socket=${word#--socket=}
+                elif [[ $ended == 0 && $word == -?* && $word != *=* ]]; then
+                    [[ $(\(prefix)_option_value "$cmdpath" "$word") != flag ]] && pending=$word
+                elif [[ $ended == 0 && $word == -?* ]]; then
+                    :
+                elif [[ -z $cmdpath && $help == 0 && $word == help ]]; then
+                    help=1
+                elif [[ " $(\(prefix)_subcommands "$cmdpath") " == *" $word "* ]]; then
+                    cmdpath=${cmdpath:+$cmdpath }$word
+                else
+                    (( nargs++ ))
+                fi
+            done
         """
     }
 

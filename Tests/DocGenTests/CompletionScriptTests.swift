@@ -81,6 +81,33 @@ import TestSupport
         #expect(calls == "--json --timeout 1 adapter list\n--json --timeout 1 --socket /x.sock gatt list\n")
     }
 
+    /// With bash-completion loaded (as on a Debian desktop) the script reads the line through
+    /// `_get_comp_words_by_ref`, so an address, which readline splits at its colons, stays one word.
+    @Test func bashWithBashCompletionKeepsAddressesWhole() async throws {
+        let library = "/usr/share/bash-completion/bash_completion"
+        guard FileManager.default.fileExists(atPath: library) else {
+            Issue.record("bash-completion is not installed, so the script's bash-completion path cannot be checked: install bash-completion (scripts/install-deps.sh does, as root)")
+            return
+        }
+        let fake = try Self.fakePeerlink()
+        // COMP_WORDS as readline splits them: at every ':' (COMP_WORDBREAKS).
+        let line = "peerlink --socket /x.sock read 00:AA:01:00:00:00 6a"
+        let split = ["peerlink", "--socket", "/x.sock", "read", "00", ":", "AA", ":", "01", ":", "00", ":", "00", ":", "00", "6a"]
+        let addressLine = "peerlink adapter power --adapter 00:AA"
+        let addressSplit = ["peerlink", "adapter", "power", "--adapter", "00", ":", "AA"]
+        var script = "source \(library)\nsource \(Shell.quote(Self.bashScript))\n"
+        for (line, words) in [(line, split), (addressLine, addressSplit)] {
+            script += "COMP_LINE=\(Shell.quote(line)); COMP_POINT=${#COMP_LINE}; COMP_WORDS=(\(words.map(Shell.quote).joined(separator: " "))); "
+                + "COMP_CWORD=\(words.count - 1); COMPREPLY=(); _peerlink; echo \"${COMPREPLY[*]}\"\n"
+        }
+        let result = try await runTool("/bin/bash", ["--norc", "--noprofile", "-c", script],
+                                       environment: ["PATH": fake + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")])
+        #expect(result.status == 0 && result.stderr.isEmpty, "\(result)")
+        // The characteristic after a whole address; then the addresses, less the part before
+        // the last colon readline keeps (what __ltrim_colon_completions is for).
+        #expect(result.stdout == "6a3e4b28-522d-4b3b-82a9-d5e2004534fc\nAA:01:00:00:00 AA:01:00:00:01\n", "\(result)")
+    }
+
     @Test func bashOffersNothingWhenTheDaemonFailsOrHangs() async throws {
         for behaviour in ["echo 'peerlink: cannot reach peerlinkd' >&2; exit 3", "sleep 30"] {
             let fake = try Self.fakePeerlink(behaviour)

@@ -316,28 +316,28 @@ _peerlink() {
         words=("${COMP_WORDS[@]}")
     fi
     local cmdpath='' socket='' pending='' ended=0 help=0 nargs=0 i word
-        for (( i = 1; i < cword; i++ )); do
-            word=${words[i]}
-            if [[ -n $pending ]]; then
-                [[ $word == '=' ]] && continue   # bash splits --opt=value at the '='
-                [[ $pending == --socket ]] && socket=$word
-                pending=''
-            elif [[ $ended == 0 && $word == -- ]]; then
-                ended=1
-            elif [[ $ended == 0 && $word == --socket=* ]]; then
-                socket=${word#--socket=}
-            elif [[ $ended == 0 && $word == -?* && $word != *=* ]]; then
-                [[ $(_peerlink_option_value "$cmdpath" "$word") != flag ]] && pending=$word
-            elif [[ $ended == 0 && $word == -?* ]]; then
-                :
-            elif [[ -z $cmdpath && $help == 0 && $word == help ]]; then
-                help=1
-            elif [[ " $(_peerlink_subcommands "$cmdpath") " == *" $word "* ]]; then
-                cmdpath=${cmdpath:+$cmdpath }$word
-            else
-                (( nargs++ ))
-            fi
-        done
+    for (( i = 1; i < cword; i++ )); do
+        word=${words[i]}
+        if [[ -n $pending ]]; then
+            [[ $word == '=' ]] && continue   # bash splits --opt=value at the '='
+            [[ $pending == --socket ]] && socket=$word
+            pending=''
+        elif [[ $ended == 0 && $word == -- ]]; then
+            ended=1
+        elif [[ $ended == 0 && $word == --socket=* ]]; then
+            socket=${word#--socket=}
+        elif [[ $ended == 0 && $word == -?* && $word != *=* ]]; then
+            [[ $(_peerlink_option_value "$cmdpath" "$word") != flag ]] && pending=$word
+        elif [[ $ended == 0 && $word == -?* ]]; then
+            :
+        elif [[ -z $cmdpath && $help == 0 && $word == help ]]; then
+            help=1
+        elif [[ " $(_peerlink_subcommands "$cmdpath") " == *" $word "* ]]; then
+            cmdpath=${cmdpath:+$cmdpath }$word
+        else
+            (( nargs++ ))
+        fi
+    done
     COMPREPLY=()
     if [[ -n $pending ]]; then
         [[ $cur == '=' ]] && cur=''
