@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
 
-.PHONY: build release deps deps-lab unit lab check demo bench install uninstall clean help
+.PHONY: build release deps deps-lab unit lab check demo bench man install uninstall clean help
 
 help:
 	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
@@ -18,7 +18,8 @@ help:
 	@echo "make lab      lab tests only (boots the VM; LAB=scenario-name to run one)"
 	@echo "make bench    benchmarks in the lab (release build): ours against the baselines, as ratios"
 	@echo "make build    debug build;  make release: optimised build"
-	@echo "make install  install binaries, systemd unit, udev rules, example config (as root)"
+	@echo "make man      regenerate docs/man/* and docs/completions/* from the command and config tables"
+	@echo "make install  install binaries, man pages, completions, systemd unit, udev rules, example config (as root)"
 
 # Installs (as root) or names (otherwise) what the build and the lab need.
 deps:
@@ -57,10 +58,27 @@ bench: deps-lab
 	  Tests/Lab/run.sh Tests/Lab/bench/[0-9]*.sh; rc=$$?; \
 	/usr/bin/python3 Tests/Lab/bench/summary.py $$results || rc=1; exit $$rc
 
+# Man pages and shell completions, generated from the tables the binaries use (the CLI's
+# command table, peerlinkd's options, the configuration keys). They are committed;
+# DocGenTests fails, naming this target, when a table changed and they were not regenerated.
+man:
+	$(SWIFT) build --product peerlink-docgen
+	$$($(SWIFT) build --show-bin-path)/peerlink-docgen .
+
+MANDIR := $(PREFIX)/share/man
+BASHCOMPDIR := $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR := $(PREFIX)/share/zsh/vendor-completions
+
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlinkd
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlink $(DESTDIR)$(PREFIX)/bin/peerlink
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	install -m 0644 docs/man/peerlink.1 $(DESTDIR)$(MANDIR)/man1/peerlink.1
+	install -m 0644 docs/man/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5
+	install -m 0644 docs/man/peerlinkd.8 $(DESTDIR)$(MANDIR)/man8/peerlinkd.8
+	install -m 0644 docs/completions/peerlink.bash $(DESTDIR)$(BASHCOMPDIR)/peerlink
+	install -m 0644 docs/completions/_peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
 	sed 's|/usr/local/bin|$(PREFIX)/bin|g' systemd/peerlinkd.service > $(DESTDIR)/etc/systemd/system/peerlinkd.service
 	install -m 0644 udev/70-peerlink.rules $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
 	[ -e $(DESTDIR)/etc/peerlink/peerlink.conf ] || install -m 0644 examples/peerlink.conf $(DESTDIR)/etc/peerlink/peerlink.conf
@@ -77,6 +95,8 @@ install: release
 uninstall:
 	-systemctl disable --now peerlinkd 2>/dev/null
 	rm -f $(DESTDIR)$(PREFIX)/bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
+	rm -f $(DESTDIR)$(MANDIR)/man1/peerlink.1 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man8/peerlinkd.8
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
 	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
 	@echo "Left in place: /etc/peerlink, /var/lib/peerlink and the peerlink user."
 

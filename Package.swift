@@ -55,6 +55,12 @@ let package = Package(
         .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "Arguments", "Logging"]),
         .executableTarget(name: "peerlink", dependencies: ["CLI"]),
 
+        // Man pages and shell completions from the CLI's command table, the daemon's command
+        // line and its configuration keys (`make man`); not installed, so the shipped
+        // binaries carry no generator.
+        .target(name: "DocGen", dependencies: ["Arguments", "CLI", "Control", "Daemon"]),
+        .executableTarget(name: "peerlink-docgen", dependencies: ["DocGen"]),
+
         // Helpers for tests: a private dbus-daemon, running external tools.
         .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),
 
@@ -70,6 +76,7 @@ let package = Package(
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
         .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
+        .testTarget(name: "DocGenTests", dependencies: ["DocGen", "CLI", "Daemon", "Arguments", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -21,12 +21,28 @@ public struct ValueError: Error, Sendable, Equatable {
     }
 }
 
+/// What a shell completion offers for a value, beyond `ValueParser.choices`.
+///
+/// Declared with the value, so completions generated from a command tree cannot forget a
+/// new option that takes a file or an adapter.
+public enum CompletionKind: Sendable, Equatable {
+    /// Free text: nothing to offer.
+    case none
+    /// A file or directory path.
+    case file
+    /// Values the program lists at completion time, by a name the generator knows
+    /// (for `peerlink`: "adapter", "uuid").
+    case dynamic(String)
+}
+
 /// Checks and converts the text of an option value or positional argument.
 public struct ValueParser: Sendable {
     /// Shown in help after the option's text, e.g. "values: on, off" (may be empty).
     public var helpNote: String
     /// The accepted values, for choices.
     public var choices: [String]?
+    /// What shell completion offers for the value (choices are offered whatever this says).
+    public var completion: CompletionKind = .none
     private let transform: @Sendable (String) throws(ValueError) -> ArgumentValue
 
     /// A parser from a closure; `helpNote` is appended to help lines in parentheses.
@@ -39,6 +55,13 @@ public struct ValueParser: Sendable {
     /// Converts `text`, or throws the reason it is invalid.
     public func parse(_ text: String) throws(ValueError) -> ArgumentValue {
         try transform(text)
+    }
+
+    /// The same parser, completed as `kind` by shells.
+    public func completing(_ kind: CompletionKind) -> ValueParser {
+        var copy = self
+        copy.completion = kind
+        return copy
     }
 
     /// Any text, stored as `.string`.

@@ -16,7 +16,7 @@ enum AdapterCommands {
         abstract: "Power an adapter on or off.",
         discussion: "Waits until the adapter reports the new power state.",
         options: [
-            .value("adapter", valueName: "hciN|address", parser: .nonEmptyString,
+            .value("adapter", valueName: "hciN|address", parser: .adapter,
                    help: "The adapter to use (default: the daemon's default adapter)."),
             .value("timeout", key: "power-timeout", valueName: "seconds", parser: .seconds,
                    help: "Seconds the daemon waits for the adapter to change state."),

@@ -13,7 +13,7 @@ extension ValueParser {
     /// A Bluetooth UUID: 16-bit (180d), 32-bit or 128-bit with dashes.
     static let bluetoothUUID = ValueParser.custom { text throws(ValueError) in
         do { return .string(try BluetoothUUID(parsing: text).uuidString) } catch let e as BluetoothUUID.ParseError { throw ValueError(e.reason) } catch { throw ValueError("\(error)") }
-    }
+    }.completing(.dynamic("uuid"))
 }
 
 /// `peerlink scan`, `connect`, `read`, `subscribe`, ...: the central role.
@@ -121,25 +121,67 @@ enum CentralCommands {
         return n
     }
 
-    /// "00:AA:01:00:00:00  rssi=-60  name="X"  services=180D,180F  mfr=0xffff:0102  data=9999:00".
+    /// One scan result as aligned columns, bluetoothctl-like: address, RSSI, name and
+    /// services, then what else the device advertised, in words:
+    /// `00:AA:01:01:00:01  -60 dBm  Kenshin Cui's Device  c4fb2349-72fe-4ca2-94d6-1f3cb16331ee  mfr 0xffff 0102`.
+    /// The widths are fixed, since a scan prints each device as it is found.
     static func deviceLine(_ d: JSONValue) -> String {
-        var words = [d["address"]?.stringValue ?? "?"]
-        if let r = d["rssi"]?.intValue { words.append("rssi=\(r)") }
-        if let n = d["name"]?.stringValue { words.append("name=\(Rendering.scalar(.string(n)))") }
-        let uuids = (d["uuids"]?.arrayValue ?? []).compactMap(\.stringValue)
-        if !uuids.isEmpty { words.append("services=\(uuids.joined(separator: ","))") }
+        let columns = [pad(d["address"]?.stringValue ?? "?", 17), pad(rssi(d), 8, right: true), pad(d["name"]?.stringValue ?? "-", 20),
+                       services(d)]
+        return (columns + extras(d) + flags(d)).joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+    }
+
+    /// The devices BlueZ knows, as a table: ADDRESS RSSI NAME STATE SERVICES (and DATA when
+    /// one advertised manufacturer or service data).
+    static func deviceTable(_ devices: [JSONValue]) -> String {
+        let data = devices.map { extras($0).joined(separator: "  ") }
+        var header = ["ADDRESS", "RSSI", "NAME", "STATE", "SERVICES"]
+        if data.contains(where: { !$0.isEmpty }) { header.append("DATA") }
+        return Rendering.table(header: header, rows: zip(devices, data).map { d, data in
+            let state = flags(d)
+            return [d["address"]?.stringValue ?? "?", rssi(d), d["name"]?.stringValue ?? "-",
+                    state.isEmpty ? "-" : state.joined(separator: ","), services(d)] + (header.count > 5 ? [data] : [])
+        })
+    }
+
+    /// "-60 dBm", or "-" when BlueZ has no RSSI (a device not seen in this scan).
+    private static func rssi(_ d: JSONValue) -> String {
+        d["rssi"]?.intValue.map { "\($0) dBm" } ?? "-"
+    }
+
+    /// The advertised services, comma-joined; SIG UUIDs in their 16-bit form ("180d").
+    private static func services(_ d: JSONValue) -> String {
+        let uuids = (d["uuids"]?.arrayValue ?? []).compactMap(\.stringValue).map(shortUUID)
+        return uuids.isEmpty ? "-" : uuids.joined(separator: ",")
+    }
+
+    /// "mfr 0xffff 0102", "data 180d 00", "tx 4 dBm".
+    private static func extras(_ d: JSONValue) -> [String] {
+        var words: [String] = []
         for m in d["manufacturer_data"]?.arrayValue ?? [] {
-            words.append(String(format: "mfr=0x%04x:", Int(m["id"]?.intValue ?? 0)) + (m["value_hex"]?.stringValue ?? ""))
+            words.append(String(format: "mfr 0x%04x ", Int(m["id"]?.intValue ?? 0)) + (m["value_hex"]?.stringValue ?? ""))
         }
         for s in d["service_data"]?.arrayValue ?? [] {
-            words.append("data=\(s["uuid"]?.stringValue ?? "?"):\(s["value_hex"]?.stringValue ?? "")")
+            words.append("data \(shortUUID(s["uuid"]?.stringValue ?? "?")) \(s["value_hex"]?.stringValue ?? "")")
         }
-        if let t = d["tx_power"]?.intValue { words.append("tx=\(t)") }
-        if d["connected"]?.boolValue == true { words.append("connected") }
-        if d["paired"]?.boolValue == true { words.append("paired") }
-        if d["trusted"]?.boolValue == true { words.append("trusted") }
-        if d["keep"]?.boolValue == true { words.append("keep") }
-        return words.joined(separator: "  ")
+        if let t = d["tx_power"]?.intValue { words.append("tx \(t) dBm") }
+        return words
+    }
+
+    /// connected, paired, trusted, keep: the states that are true.
+    private static func flags(_ d: JSONValue) -> [String] {
+        ["connected", "paired", "trusted", "keep"].filter { d[$0]?.boolValue == true }
+    }
+
+    /// "0000180d-0000-1000-8000-00805f9b34fb" as "180d"; other UUIDs as they are.
+    static func shortUUID(_ text: String) -> String {
+        guard let uuid = try? BluetoothUUID(parsing: text), let short = uuid.uuid16 else { return text }
+        return String(format: "%04x", Int(short))
+    }
+
+    private static func pad(_ text: String, _ width: Int, right: Bool = false) -> String {
+        let fill = String(repeating: " ", count: max(0, width - text.count))
+        return right ? fill + text : text + fill
     }
 
     // MARK: Connections
@@ -188,7 +230,7 @@ enum CentralCommands {
             return RPCCall(method: ControlMethod.centralDevices, params: p)
         }, render: { r in
             let list = r["devices"]?.arrayValue ?? []
-            return list.isEmpty ? "No devices." : list.map(deviceLine).joined(separator: "\n")
+            return list.isEmpty ? "No devices." : deviceTable(list)
         }))
 
     static let services = CLICommand(

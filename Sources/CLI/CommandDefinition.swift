@@ -128,6 +128,15 @@ extension ValueParser {
         return .double(d)
     }
 
+    /// An adapter, hciN or its address; shells complete it from `peerlink adapter list`.
+    public static let adapter = ValueParser.nonEmptyString.completing(.dynamic("adapter"))
+
+    /// A UUID of the daemon's own GATT applications; shells complete it from `peerlink gatt list`.
+    public static let localUUID = ValueParser.nonEmptyString.completing(.dynamic("uuid"))
+
+    /// A file's path; shells complete file names.
+    public static let path = ValueParser.nonEmptyString.completing(.file)
+
     /// A positive count, stored as `.int`.
     public static let count = ValueParser.custom { text throws(ValueError) in
         guard let n = Int(text) else { throw ValueError("expected an integer") }

@@ -71,9 +71,10 @@ public enum CommandTable {
 
     /// The options every command accepts (before or after the command name).
     public static let globalOptions: [Option] = [
-        .value("socket", valueName: "path",
+        .value("socket", valueName: "path", parser: ValueParser.string.completing(.file),
                help: "The daemon's control socket (default: $\(ControlDefaults.socketEnvironmentVariable), else \(ControlDefaults.socketPath))."),
-        .flag("json", help: "Print results as one JSON object per line."),
+        .flag("json", help: "Print results as one JSON object per line (a daemon error as {\"error\": {...}})."),
+        .flag("verbose", help: "On an error from the daemon, also print its JSON-RPC code, name and data."),
         .value("timeout", valueName: "seconds", parser: .seconds, default: "30",
                help: "Seconds to wait for each reply from the daemon."),
     ]

@@ -112,7 +112,7 @@ enum DNSSDCommands {
         }, render: { r in
             let types = r["types"]?.arrayValue ?? []
             if types.isEmpty { return "No service types found." }
-            return types.map { "\($0["type"]?.stringValue ?? "?")  \($0["domain"]?.stringValue ?? "")" }.joined(separator: "\n")
+            return Rendering.table(header: ["TYPE", "DOMAIN"], rows: types.map { [$0["type"]?.stringValue ?? "?", $0["domain"]?.stringValue ?? ""] })
         }))
 
     // MARK: Actions
@@ -219,10 +219,9 @@ enum DNSSDCommands {
 
     static func resolvedLine(_ s: JSONValue) -> String {
         let addresses = (s["addresses"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ",")
-        let txt = (s["txt"]?.arrayValue ?? []).compactMap(\.stringValue)
         return "\(Rendering.scalar(s["name"] ?? "?")) \(s["type"]?.stringValue ?? "?") host \(s["host"]?.stringValue ?? "?") "
             + "address \(addresses.isEmpty ? "-" : addresses) port \(s["port"]?.intValue.map(String.init) ?? "?") "
-            + "txt \(txt.isEmpty ? "-" : JSONValue.array(txt.map(JSONValue.string)).description)"
+            + "txt \(Rendering.scalar(s["txt"] ?? []))"
     }
 
     static func renderResolved(_ r: JSONValue) -> String {

@@ -60,7 +60,7 @@ public enum PeerlinkCLI {
         do {
             return try execute(definition, context)
         } catch {
-            report(error, json: context.json, socketPath: socketPath, stdout: stdout, stderr: stderr)
+            report(error, json: context.json, verbose: values.flag("verbose"), socketPath: socketPath, stdout: stdout, stderr: stderr)
             return exitCode(for: error)
         }
     }
@@ -95,15 +95,24 @@ public enum PeerlinkCLI {
     }
 
     /// Prints `error` the way users and scripts expect it (see docs/cli.md).
-    static func report(_ error: CLIError, json: Bool, socketPath: String = "", stdout: any TextOutput, stderr: any TextOutput) {
+    ///
+    /// A daemon error is said once, in the daemon's words: its message already names the
+    /// parameter and the reason, so the code and data would only repeat it for a person.
+    /// Scripts get them from the `{"error": ...}` object `--json` prints; `--verbose` adds them
+    /// to standard error for someone reporting a problem.
+    static func report(_ error: CLIError, json: Bool, verbose: Bool = false, socketPath: String = "",
+                       stdout: any TextOutput, stderr: any TextOutput) {
         switch error {
         case .usage(let usage):
             stderr.write("peerlink: error: \(usage.message)\n\(usage.hint)\n")
         case .daemon(let rpc):
-            var detail = "peerlink: JSON-RPC error \(rpc.code)"
-            if let name = RPCErrorCode.name(of: rpc.code) { detail += " (\(name))" }
-            if let data = rpc.data { detail += ", data: \(data)" }
-            stderr.write("peerlink: error: \(rpc.message)\n\(detail)\n")
+            stderr.write("peerlink: error: \(rpc.message)\n")
+            if verbose {
+                var detail = "peerlink: JSON-RPC error \(rpc.code)"
+                if let name = RPCErrorCode.name(of: rpc.code) { detail += " (\(name))" }
+                if let data = rpc.data { detail += ", data: \(data)" }
+                stderr.write(detail + "\n")
+            }
             if json { stdout.write(JSONValue.object(["error": rpc.json]).description + "\n") }
         case .connection(let failure, let method):
             stderr.write("peerlink: \(connectionMessage(failure, method: method, socketPath: socketPath))\n")

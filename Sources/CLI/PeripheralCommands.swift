@@ -9,14 +9,14 @@ import Glibc
 
 /// `peerlink gatt ...`, `advertise ...` and `agent ...`: the peripheral role.
 enum PeripheralCommands {
-    static let adapterOption = Option.value("adapter", valueName: "hciN|address", parser: .nonEmptyString,
+    static let adapterOption = Option.value("adapter", valueName: "hciN|address", parser: .adapter,
                                             help: "The adapter to use (default: the daemon's default adapter).")
     static let hexFlag = Option.flag("hex", help: "VALUE is hex bytes (e.g. 0a0b or \"0a 0b\"), not UTF-8 text.")
     static let appOption = Option.value("app", valueName: "id", parser: .nonEmptyString,
                                         help: "The application holding the characteristic (default: the first that has it).")
 
     /// UUID and VALUE, for the commands that set a characteristic's value.
-    static let characteristicArguments = [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
+    static let characteristicArguments = [Positional("uuid", parser: .localUUID, help: "The characteristic UUID."),
                                           Positional("value", help: "The value (UTF-8 text, or hex with --hex).")]
 
     /// The params of those commands: uuid, the value (UTF-8, or hex with --hex) and --app.
@@ -32,7 +32,7 @@ enum PeripheralCommands {
         ["gatt", "register"], abstract: "Register a GATT application from a definition file.",
         discussion: "The file is JSON (format in the README). It is checked completely first: an error names the file, the place inside it and the reason, and nothing is registered.",
         options: [adapterOption],
-        arguments: [Positional("file", parser: .nonEmptyString, help: "The definition file (JSON).")],
+        arguments: [Positional("file", parser: .path, help: "The definition file (JSON).")],
         action: .call(request: { v throws(CLIError) in
             let path = v.string("file")!
             let doc: JSONValue
@@ -89,7 +89,7 @@ enum PeripheralCommands {
         ["gatt", "notify"], abstract: "Set a characteristic's value and notify (or indicate) it to subscribed centrals.",
         discussion: "A value longer than one notification carries (ATT MTU - 3) is an error, never cut. Several values are sent in order, one notification each, in one request (every value is checked before the first is sent). --device sends to one central only (needs BlueZ 5.69+).",
         options: [hexFlag, appOption, .value("device", valueName: "address", parser: .nonEmptyString, help: "Notify only this central.")],
-        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID."),
+        arguments: [Positional("uuid", parser: .localUUID, help: "The characteristic UUID."),
                     Positional("value", repeating: true, help: "The value (UTF-8 text, or hex with --hex); several: one notification each, in order.")],
         action: .call(request: { v throws(CLIError) in
             var p = characteristicParams(v)
@@ -119,8 +119,8 @@ enum PeripheralCommands {
             """,
         options: [hexFlag, appOption,
                   .value("device", valueName: "address", parser: .nonEmptyString, help: "Notify only this central."),
-                  .value("from", valueName: "file", parser: .nonEmptyString, help: "Read the values from this file instead of standard input.")],
-        arguments: [Positional("uuid", parser: .nonEmptyString, help: "The characteristic UUID.")],
+                  .value("from", valueName: "file", parser: .path, help: "Read the values from this file instead of standard input.")],
+        arguments: [Positional("uuid", parser: .localUUID, help: "The characteristic UUID.")],
         action: .custom(runStream))
 
     static func runStream(_ context: CommandContext) throws(CLIError) -> Int32 {
@@ -219,7 +219,7 @@ enum PeripheralCommands {
         options: [
             adapterOption,
             .value("name", valueName: "name", parser: .nonEmptyString, help: "Local name."),
-            .value("service", valueName: "uuid", parser: .nonEmptyString, repeating: true, help: "A service UUID (repeatable)."),
+            .value("service", valueName: "uuid", parser: .localUUID, repeating: true, help: "A service UUID (repeatable)."),
             .value("manufacturer", valueName: "id=hex", parser: .nonEmptyString, repeating: true, help: "Manufacturer data, company id (decimal or 0x) = hex bytes (repeatable)."),
             .value("service-data", valueName: "uuid=hex", parser: .nonEmptyString, repeating: true, help: "Service data (repeatable)."),
             .value("appearance", valueName: "n", parser: .int(in: 0...65535), help: "GAP appearance value."),

@@ -39,21 +39,39 @@ public enum Rendering {
         return "\(name) (\(address))"
     }
 
-    /// A value as a bare word when it is a plain string, else compact JSON;
-    /// arrays of strings are comma-joined.
+    /// A value as words: a plain string bare, a string with spaces, quotes, `=` or `,` in
+    /// double quotes (so `key=value` pairs stay readable), numbers and booleans as they are,
+    /// a list comma-joined ("-" when empty), an object as `(key=value ...)`; never a JSON
+    /// document, which is what `--json` is for.
     public static func scalar(_ value: JSONValue) -> String {
         switch value {
         case .string(let s):
-            let plain = !s.isEmpty && !s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" || $0.isNewline })
-            return plain ? s : value.description
+            return word(s, quotingEquals: true)
         case .array(let elements):
-            let strings = elements.compactMap(\.stringValue)
-            if strings.count == elements.count, !strings.isEmpty, strings.allSatisfy({ !$0.contains(",") && !$0.contains(" ") }) {
-                return strings.joined(separator: ",")
-            }
-            return value.description
+            // Inside a list an "=" is not ambiguous (TXT entries are key=value themselves).
+            return elements.isEmpty ? "-" : elements.map { $0.stringValue.map { word($0, quotingEquals: false) } ?? scalar($0) }.joined(separator: ",")
+        case .object(let members):
+            return "(" + members.keys.sorted().map { "\($0)=\(scalar(members[$0]!))" }.joined(separator: " ") + ")"
         default:
             return value.description
+        }
+    }
+
+    /// `s` bare, or in double quotes (JSON's escapes) when it is empty or has a space, quote,
+    /// comma, line break or (when asked) "=".
+    private static func word(_ s: String, quotingEquals: Bool) -> String {
+        let plain = !s.isEmpty && !s.contains { $0 == " " || $0 == "\"" || $0 == "," || $0.isNewline || (quotingEquals && $0 == "=") }
+        return plain ? s : JSONValue.string(s).description
+    }
+
+    /// `key=value` words for an object's members, sorted; a nested object's members are
+    /// spelled `key.member=value`.
+    public static func pairs(_ members: [String: JSONValue], prefix: String = "") -> [String] {
+        members.keys.sorted().flatMap { key -> [String] in
+            if case .object(let nested) = members[key]!, !nested.isEmpty {
+                return pairs(nested, prefix: prefix + key + ".")
+            }
+            return ["\(prefix)\(key)=\(scalar(members[key]!))"]
         }
     }
 
@@ -61,9 +79,10 @@ public enum Rendering {
     static let subjectKeys = ["adapter", "device", "peer", "service"]
 
     /// An event's data as "hci0 powered=false": the subject's name first, then key=value pairs
-    /// (sorted); for a "changed" list, the new values of the changed properties follow.
+    /// (sorted, nested objects as `key.member=value`); for a "changed" list, the new values of
+    /// the changed properties follow.
     public static func eventData(_ data: JSONValue) -> String {
-        guard case .object(var members) = data else { return data.isNull ? "" : data.description }
+        guard case .object(var members) = data else { return data.isNull ? "" : scalar(data) }
         var words: [String] = []
         var subject: [String: JSONValue]?
         for key in subjectKeys {
@@ -78,9 +97,7 @@ public enum Rendering {
             }
         }
         let changed = members["changed"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        for key in members.keys.sorted() {
-            words.append("\(key)=\(scalar(members[key]!))")
-        }
+        words += pairs(members)
         if let subject {
             for key in changed where members[key] == nil {
                 if let value = subject[key] { words.append("\(key)=\(scalar(value))") }

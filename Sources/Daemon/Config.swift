@@ -152,25 +152,18 @@ public struct DaemonConfig: Sendable, Equatable {
     /// Values of keys in `registeredSectionKeys`, by full key (`section.key`), as written.
     public var extra: [String: String] = [:]
 
-    /// Section keys (`section.key`) accepted into `extra`. Later modules that need settings of
-    /// their own add their keys here (a section is known when one of its keys is listed);
-    /// every other key is an error, so typos never pass silently. Their values are checked by
-    /// the capability that owns them, when the daemon starts.
-    public static let registeredSectionKeys: Set<String> = [
-        "agent.policy", "agent.timeout",
-        "peer.name", "peer.port", "peer.listen", "peer.encryption", "peer.accept", "peer.max_peers",
-        "peer.ping_interval", "peer.missed_pings",
-    ]
+    /// Section keys (`section.key`) accepted into `extra`: those of `ConfigKeys.all`. Later
+    /// modules that need settings of their own add their keys there (a section is known when
+    /// one of its keys is listed); every other key is an error, so typos never pass silently.
+    /// Their values are checked by the capability that owns them, when the daemon starts.
+    public static let registeredSectionKeys: Set<String> = Set(ConfigKeys.all.filter { $0.section != nil }.map(\.name))
 
-    /// The top-level keys, in the order they are documented.
-    public static let knownKeys: [String] = [
-        "socket", "socket_group", "socket_mode", "adapter", "state_dir", "log_level", "bus",
-        "max_clients", "max_request_bytes", "request_timeout", "watchdog",
-    ]
+    /// The top-level keys, in the order they are documented (`ConfigKeys.all`).
+    public static let knownKeys: [String] = ConfigKeys.all.filter { $0.section == nil }.map(\.name)
 
     /// Keys whose new value a SIGHUP reload applies at once; a change to any other key is
     /// reported as needing a restart.
-    public static let liveKeys: Set<String> = ["log_level"]
+    public static let liveKeys: Set<String> = Set(ConfigKeys.all.filter(\.live).map(\.name))
 
     /// The defaults.
     public init() {}

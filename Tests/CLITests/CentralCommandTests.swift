@@ -55,9 +55,29 @@ import Testing
         }
         let run = peerlink(["scan", "--service", "C4FB2349-72FE-4CA2-94D6-1F3CB16331EE", "--count", "1", "--manufacturer", "0xffff"], daemon: daemon)
         #expect(run.code == 0, "\(run.err)")
-        #expect(run.out == "\(Self.dev)  rssi=-60  name=\"Kenshin Cui's Device\"  services=c4fb2349-72fe-4ca2-94d6-1f3cb16331ee  mfr=0xffff:0102\n")
+        #expect(run.out == "00:AA:01:01:00:01   -60 dBm  Kenshin Cui's Device  c4fb2349-72fe-4ca2-94d6-1f3cb16331ee  mfr 0xffff 0102\n")
         // --count without --timeout: no time limit is sent.
         #expect(daemon.requests.first?.params.values == ["services": ["c4fb2349-72fe-4ca2-94d6-1f3cb16331ee"], "manufacturer": 65535])
+    }
+
+    @Test func deviceLinesAndTableAreColumnsOfWords() {
+        // A scan line: fixed widths, as devices are printed when found; SIG UUIDs short.
+        #expect(CentralCommands.deviceLine(["address": "00:AA:01:01:00:02", "uuids": ["0000180d-0000-1000-8000-00805f9b34fb", "0000180f-0000-1000-8000-00805f9b34fb"],
+                                            "service_data": [["uuid": "0000feaa-0000-1000-8000-00805f9b34fb", "value_hex": "00ff"]], "tx_power": 4])
+            == "00:AA:01:01:00:02         -  -                     180d,180f  data feaa 00ff  tx 4 dBm")
+        #expect(CentralCommands.deviceLine(["address": "00:AA:01:01:00:03", "rssi": -101, "name": "A much longer name than twenty", "connected": true, "paired": true])
+            == "00:AA:01:01:00:03  -101 dBm  A much longer name than twenty  -  connected  paired")
+        let devices: [JSONValue] = [
+            ["address": .string(Self.dev), "rssi": -60, "name": "Kenshin Cui's Device", "connected": true, "trusted": true,
+             "uuids": ["c4fb2349-72fe-4ca2-94d6-1f3cb16331ee"]],
+            ["address": "00:AA:01:01:00:09", "manufacturer_data": [["id": 76, "value_hex": "0215"]]],
+        ]
+        #expect(CentralCommands.deviceTable(devices) == """
+            ADDRESS            RSSI     NAME                  STATE              SERVICES                              DATA
+            00:AA:01:01:00:01  -60 dBm  Kenshin Cui's Device  connected,trusted  c4fb2349-72fe-4ca2-94d6-1f3cb16331ee
+            00:AA:01:01:00:09  -        -                     -                  -                                     mfr 0x004c 0215
+            """)
+        #expect(CentralCommands.deviceTable([devices[0]]).hasPrefix("ADDRESS            RSSI     NAME                  STATE              SERVICES\n"))
     }
 
     @Test func scanEndingBeforeCountIsAnError() throws {

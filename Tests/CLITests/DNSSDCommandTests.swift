@@ -51,7 +51,7 @@ import Testing
             == "+ \"Avahi Tool Service\" _lab-demo._tcp local on dummy0/ipv4")
         #expect(DNSSDCommands.browseLine("dnssd.removed", ["service": s])?.hasPrefix("- ") == true)
         #expect(DNSSDCommands.browseLine("dnssd.resolved", ["service": s])
-            == "= \"Avahi Tool Service\" _lab-demo._tcp host peerlink-lab.local address 169.254.10.1 port 4242 txt [\"k1=v1\",\"flag\"]")
+            == "= \"Avahi Tool Service\" _lab-demo._tcp host peerlink-lab.local address 169.254.10.1 port 4242 txt k1=v1,flag")
         #expect(DNSSDCommands.browseLine("dnssd.all-for-now", [:]) == nil)
     }
 

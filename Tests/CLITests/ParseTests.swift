@@ -74,7 +74,7 @@ import Testing
     @Test func helpAndVersion() {
         let help = peerlink(["--help"])
         #expect(help.code == 0 && help.err == "")
-        #expect(help.out.contains("USAGE: peerlink [--socket <path>] [--json] [--timeout <seconds>] <subcommand>"))
+        #expect(help.out.contains("USAGE: peerlink [--socket <path>] [--json] [--verbose] [--timeout <seconds>] <subcommand>"))
         for args in [["help", "adapter", "power"], ["adapter", "power", "--help"], ["adapter", "power", "-h", "bogus"]] {
             let run = peerlink(args)
             #expect(run.code == 0)

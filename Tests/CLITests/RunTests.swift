@@ -83,6 +83,15 @@ import Testing
         let run = peerlink(["adapter", "power", "off", "--adapter", "hci9"], daemon: daemon)
         #expect(run.code == 1)
         #expect(run.out == "")
+        #expect(run.err == "peerlink: error: no adapter named hci9\n")
+    }
+
+    @Test func daemonErrorWithVerboseAddsTheJSONRPCDetail() throws {
+        let error = RPCError(code: RPCErrorCode.adapterNotFound, message: "no adapter named hci9", data: ["adapter": "hci9"])
+        let daemon = try FakeDaemon { c in try c.reply(try c.expect("adapter.power"), error: error) }
+        let run = peerlink(["adapter", "power", "off", "--adapter", "hci9", "--verbose"], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.out == "")
         #expect(run.err == "peerlink: error: no adapter named hci9\npeerlink: JSON-RPC error -32002 (adapter not found), data: {\"adapter\":\"hci9\"}\n")
     }
 
@@ -91,7 +100,7 @@ import Testing
         let run = peerlink(["--json", "status"], daemon: daemon)
         #expect(run.code == 1)
         #expect(run.out == "{\"error\":{\"code\":-32603,\"message\":\"internal error: boom\"}}\n")
-        #expect(run.err.hasPrefix("peerlink: error: internal error: boom\n"))
+        #expect(run.err == "peerlink: error: internal error: boom\n")
     }
 
     @Test func nullIDErrorIsReported() throws {

@@ -94,8 +94,14 @@ import Testing
     }
 
     @Test func eventRendering() {
-        #expect(WatchCommand.line(for: ["topic": "x.y", "time": "T", "data": ["name": "a b", "n": 3, "o": ["k": [1]]]])
-            == #"T x.y n=3 name="a b" o={"k":[1]}"#)
+        #expect(WatchCommand.line(for: ["topic": "x.y", "time": "T", "data": ["name": "a b", "n": 3, "o": ["k": [1], "e": "x=y"]]])
+            == #"T x.y n=3 name="a b" o.e="x=y" o.k=1"#)
+        // No JSON document in human output: lists of objects, empty lists, data that is not an object.
+        #expect(WatchCommand.line(for: ["topic": "central.discovered", "time": "T",
+                                        "data": ["device": ["address": "00:AA:01:00:00:01"], "manufacturer_data": [["id": 76, "value_hex": "02"]],
+                                                 "uuids": [], "txt": ["a=1", "b c"]]])
+            == #"T central.discovered 00:AA:01:00:00:01 manufacturer_data=(id=76 value_hex=02) txt=a=1,"b c" uuids=-"#)
+        #expect(WatchCommand.line(for: ["topic": "x", "time": "T", "data": [1, "two"]]) == "T x 1,two")
         #expect(WatchCommand.line(for: ["topic": "x", "time": "T"]) == "T x")
         #expect(Rendering.duration(seconds: 42.9) == "42s")
         #expect(Rendering.duration(seconds: 90_061) == "1d 1h")

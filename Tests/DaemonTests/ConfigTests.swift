@@ -347,6 +347,25 @@ private func ownGroupName() -> String {
         #expect(old.changedKeys(comparedTo: old).isEmpty)
         #expect(DaemonConfig.liveKeys == ["log_level"])
     }
+
+    /// peerlink.conf(5) is generated from `ConfigKeys.all`: every key it documents is one the
+    /// parser accepts, at the default it documents when that is a literal value.
+    @Test func everyDocumentedKeyIsAcceptedAtItsDefault() throws {
+        for key in ConfigKeys.all {
+            let literal = !key.defaultValue.hasPrefix("the ")
+            let text = "\(key.name) = \(literal ? key.defaultValue : "")"
+            if let error = failure(text) {
+                // Computed defaults ("the host name") are written as an empty value, which
+                // only the keys that allow "empty: the default" take.
+                #expect(!literal && !error.reason.hasPrefix("unknown key"), "\(key.name): \(error)")
+                continue
+            }
+            if literal, key.section == nil {
+                #expect(try parse(text) == DaemonConfig(), "\(key.name)'s documented default is not the built-in one")
+            }
+        }
+        #expect(DaemonConfig.knownKeys.count + DaemonConfig.registeredSectionKeys.count == ConfigKeys.all.count)
+    }
 }
 
 @Suite struct EditDistanceTests {

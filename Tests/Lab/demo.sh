@@ -74,7 +74,8 @@ sleep 3
 advertise_until_seen a demo-scan '"address"' --name "$NAME" --service $SVC || fail "daemon b did not find the peripheral"
 wait "$scan_pid" || fail "daemon b's scan failed: $(cat "$(log_of demo-scan)")"
 ADDR=$("$PY3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["address"])' "$(log_of demo-scan)")
-echo "found $ADDR: $(cat "$(log_of demo-scan)")"
+# In words, as 'peerlink scan' prints a device (the --json line above is for the script).
+"$PY3" -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); print("found", d["address"], "%s dBm" % d.get("rssi", "-"), d.get("name", "-"), ",".join(d.get("uuids", [])) or "-")' "$(log_of demo-scan)"
 show connect "$ADDR"
 pl b connect "$ADDR" || fail "connect failed"
 show services "$ADDR"
