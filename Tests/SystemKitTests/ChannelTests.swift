@@ -176,6 +176,7 @@ import Glibc
         #expect(c.counts.refused == 1)
         #expect(c.send([1]) == .full)
         #expect(c.counts.refused == 2)
+        #expect(!c.hasRoom, "what whenRoom waits for")
         let room = Signal()
         let gotRoom = Mutex<Bool?>(nil)
         c.whenRoom { ok in
@@ -191,7 +192,21 @@ import Glibc
         #expect(got == accepted, "every accepted packet, in order")
         #expect(await room.wait { gotRoom.withLock { $0 } != nil })
         #expect(gotRoom.withLock { $0 } == true)
+        #expect(c.hasRoom)
         #expect(c.counts.written == UInt64(accepted.count))
+    }
+
+    /// The one conversion of `Duration` for Dispatch, poll and nanosleep: rounding down to
+    /// the unit, negative as zero, huge values clamped instead of trapping.
+    @Test func durationConversions() {
+        #expect(Duration.milliseconds(1500).clampedNanoseconds == 1_500_000_000)
+        #expect(Duration.nanoseconds(1_999_999).clampedMilliseconds == 1)
+        #expect(Duration.seconds(-3).clampedNanoseconds == 0)
+        #expect(Duration.seconds(Int64.max).clampedNanoseconds == Int.max)
+        #expect(Duration.seconds(Int64.max).clampedMilliseconds == Int32.max)
+        let ts = Duration.milliseconds(2_250).timespecValue
+        #expect(ts.tv_sec == 2 && ts.tv_nsec == 250_000_000)
+        #expect(Duration.microseconds(7).dispatchInterval == .nanoseconds(7_000))
     }
 
     /// The waiting form: `write` waits while the outbox is full, and completes, in order,
