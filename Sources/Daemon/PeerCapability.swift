@@ -84,7 +84,7 @@ final class PeerCapability: DaemonCapability {
             return ["sessions": .array(node.sessions.sorted { $0.connection < $1.connection }.map { Self.json($0) })]
         }
         context.register(ControlMethod.peerSend) { p, _ throws(RPCError) in
-            try p.rejectUnknown(allowed: ["to", "data_base64", "text", "reliable"])
+            try p.rejectUnknown(allowed: ["to", "data_base64", "text", "reliable", "wait"])
             guard let data = try Self.bytes(p, base64: "data_base64", text: "text") else {
                 throw .invalidParams("data_base64", "required (or \"text\")")
             }
@@ -96,7 +96,9 @@ final class PeerCapability: DaemonCapability {
                 guard !peers.isEmpty else { throw .invalidParams("to", "the list is empty") }
             }
             let reliable = try p.optionalBool("reliable") ?? true
-            let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable) }
+            // false: a full queue answers busy (-32006) instead of waiting for room.
+            let wait = try p.optionalBool("wait") ?? true
+            let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable, wait: wait) }
             return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
