@@ -121,6 +121,26 @@ import Glibc
     }
 }
 
+extension PeerFlowTests {
+    /// A peer that does not read its socket: once the transport's buffers are full the
+    /// datagram lane fills (32) and the newest are dropped and counted; sends never wait.
+    @Test func datagramsToAPeerThatDoesNotReadAreDroppedAndCounted() async throws {
+        let a = try Node("sender", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        let me = try raw.handshakeAsDialer()
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        // 400 datagrams of 64 KiB (26 MB): more than the kernel's buffers on both ends (the
+        // raw peer's is fixed small, the sender's is at most tcp_wmem's 4 MiB) plus the lane's 32.
+        let datagram = [UInt8](repeating: 0x5A, count: Wire.maxPayload)
+        for _ in 0..<400 { _ = try await a.node.send(datagram, to: [me], reliable: false) }
+        let s = try #require(a.node.sessions.first)
+        #expect(s.droppedDatagrams > 0 && s.droppedDatagrams < 400, "\(s.droppedDatagrams) dropped")
+        #expect(s.queuedBytes <= 32 * (Wire.maxPayload + Wire.headerSize) + 1024, "the lane's bound")
+    }
+}
+
 /// A peer written by hand on a blocking TCP socket: plain text, frames encoded and decoded
 /// with the Session module, nothing more (no flow control, no liveness).
 final class RawPeer: Sendable {
@@ -137,6 +157,10 @@ final class RawPeer: Sendable {
             _ = try syscall("poll") { poll(&pfd, 1, 10_000) }
             try TCPSocket.connectResult(fd, to: address)
             try setNonBlocking(fd, false)
+            // A small fixed receive buffer (no autotuning): a peer that does not read is
+            // full after little, whatever the machine's tcp_rmem.
+            var size: Int32 = 65_536
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4)
             return RawPeer(fd: fd)
         }
     }
