@@ -18,6 +18,9 @@ import TLS
 final class PeerCapability: DaemonCapability {
     let name = "peer"
     private let state = Mutex<(node: PeerNode?, trust: TrustStore?, context: DaemonContext?)>((nil, nil, nil))
+    /// Message streams (`peer.message-stream`, PeerMessageStream.swift): a peer's reliable
+    /// messages go to its stream while one is open, instead of `peer.message` events.
+    let streams = PeerMessageStreams()
 
     init() {}
 
@@ -101,6 +104,7 @@ final class PeerCapability: DaemonCapability {
             let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable, wait: wait) }
             return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
+        registerMessageStream(context, node: node)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
@@ -150,12 +154,12 @@ final class PeerCapability: DaemonCapability {
         case .invitation(let i): context.publish(topic: ControlEvent.peerInvitation, data: Self.json(i))
         case .invitationEnded(let d): context.publish(topic: ControlEvent.peerInvitationEnded, data: Self.json(d))
         case .connected(let s): context.publish(topic: ControlEvent.peerConnected, data: Self.json(s))
-        case .disconnected(let d): context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
+        case .disconnected(let d):
+            if d.wasConnected, let peer = d.peer { streams.sessionEnded(peer, reason: d.reason.description) }
+            context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
         case .message(let from, let bytes, let reliable):
-            var o = Self.json(from)
-            o["data_base64"] = .string(Data(bytes).base64EncodedString())
-            o["reliable"] = .bool(reliable)
-            context.publish(topic: ControlEvent.peerMessage, data: .object(o))
+            if reliable, streams.deliver(bytes, from: from) { return }
+            context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: from, bytes, reliable: reliable))
         }
     }
 }

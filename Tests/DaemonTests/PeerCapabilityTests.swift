@@ -162,3 +162,100 @@ import Glibc
         #expect(reply["error"] != nil && message.contains(names), "\(method) \(params) -> \(reply)")
     }
 }
+
+/// Message streams (`peer.message-stream`) between two real daemons: packets both ways
+/// through the sockets passed with the replies, the end of a session seen as the end of the
+/// socket, a closed stream leaving its session alone.
+extension PeerCapabilityTests {
+    /// FNV-1a, 64 bits: a digest of each message to compare what went and what came back.
+    static func digest(_ bytes: [UInt8]) -> UInt64 {
+        bytes.reduce(0xcbf2_9ce4_8422_2325 as UInt64) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+    }
+
+    /// The next packet on a blocking packet socket; nil at its end; throws after `seconds`.
+    static func readPacket(_ fd: Int32, max: Int, seconds: Int32 = 30) throws -> [UInt8]? {
+        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: seconds * 1000) else { throw TestSupportError("no packet within \(seconds) s") }
+        var buffer = [UInt8](repeating: 0, count: max + 1)
+        let n = try buffer.withUnsafeMutableBytes { raw in try syscall("recv") { recv(fd, raw.baseAddress, raw.count, 0) } }
+        return n == 0 ? nil : Array(buffer[..<n])
+    }
+
+    /// The stream's socket passed with `peer.message-stream`'s reply, and the reply.
+    static func openStream(_ c: RawClient, to peer: String) throws -> (fd: Int32, reply: JSONValue) {
+        let r = try c.call("peer.message-stream", ["peer": .string(peer)])
+        guard r["fd"] == true, let fd = c.descriptors.popLast() else { throw TestSupportError("no socket with the reply: \(r)") }
+        try setNonBlocking(fd, false)
+        return (fd, r)
+    }
+
+    @Test func messageStreamsRoundTripAndEndWithTheSession() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "echo", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "source", accept: "all")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bClient = try RawClient(b.socketPath)
+        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        // a's session may be reported a moment after b's connect returns.
+        _ = try aWatch.nextEvent("peer.connected")
+        let aClient = try RawClient(a.socketPath)
+        let (aFD, aReply) = try Self.openStream(aClient, to: bID)
+        let (bFD, bReply) = try Self.openStream(bClient, to: aID)
+        defer { closeQuietly(bFD) }
+        let limit = Int(try #require(bReply["max_message"]?.intValue))
+        #expect(aReply["max_message"]?.intValue == Int64(limit) && limit >= 200_000, "what the socket carries")
+        // A second stream with the same peer is refused.
+        #expect(try aClient.request("peer.message-stream", ["peer": .string(bID)])["error"]?["data"]?["kind"] == "stream-open")
+
+        // 1000 messages of mixed sizes (one of the largest the stream carries) b → a, echoed
+        // by a's client → b, in order.
+        var rng = SystemRandomNumberGenerator()
+        let messages: [[UInt8]] = (0..<1000).map { i in
+            let size = i == 500 ? limit : i % 20 == 0 ? Int.random(in: 60_000...200_000, using: &rng) : Int.random(in: 1...3000, using: &rng)
+            var m = [UInt8](repeating: 0, count: size)
+            var x = UInt64.random(in: 1...UInt64.max, using: &rng)
+            for j in 0..<size {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17  // xorshift: cheap bytes that differ
+                m[j] = UInt8(truncatingIfNeeded: x)
+            }
+            return m
+        }
+        let echo = Self.onThread { () -> Int in
+            var n = 0
+            while n < messages.count, let m = try Self.readPacket(aFD, max: limit) {
+                try SocketIO.sendPacket(aFD, m)
+                n += 1
+            }
+            return n
+        }
+        let back = Self.onThread { () -> [UInt64] in
+            var got: [UInt64] = []
+            while got.count < messages.count, let m = try Self.readPacket(bFD, max: limit) { got.append(Self.digest(m)) }
+            return got
+        }
+        for m in messages { try SocketIO.sendPacket(bFD, m) }
+        #expect(try echo.value(within: 120) == messages.count)
+        #expect(try back.value(within: 120) == messages.map(Self.digest), "every message once, in order, unchanged")
+        let sessions = try b.call("peer.sessions")["sessions"]?.arrayValue ?? []
+        #expect(sessions.first?["dropped_datagrams"] == 0 && sessions.first?["queued_bytes"] != nil)
+
+        // a's client closes its stream: the session goes on, a's messages become events again.
+        closeQuietly(aFD)
+        let ended = try aClient.nextEvent("peer.stream-ended")
+        #expect(ended["data"]?["reason"] == "closed" && ended["data"]?["sent"] == 1000 && ended["data"]?["received"] == 1000)
+        try SocketIO.sendPacket(bFD, Array("after the stream".utf8))
+        let m = try aWatch.nextEvent("peer.message")
+        #expect(m["data"]?["data_base64"]?.stringValue == Data("after the stream".utf8).base64EncodedString())
+
+        // The session ends: b's client reads the end of its stream, and is told why.
+        _ = try a.call("peer.disconnect", ["peer": .string(bID)])
+        #expect(try Self.readPacket(bFD, max: limit) == nil, "the end of the socket")
+        let bEnded = try bClient.nextEvent("peer.stream-ended")
+        #expect(bEnded["data"]?["reason"] == "session-ended" && bEnded["data"]?["received"] == 1000 && bEnded["data"]?["sent"] == 1001)
+    }
+}
