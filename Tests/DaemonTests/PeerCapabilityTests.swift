@@ -259,3 +259,57 @@ extension PeerCapabilityTests {
         #expect(bEnded["data"]?["reason"] == "session-ended" && bEnded["data"]?["received"] == 1000 && bEnded["data"]?["sent"] == 1001)
     }
 }
+
+extension PeerCapabilityTests {
+    /// A stream's client that does not read: the daemon holds the session's credit, so the
+    /// sending daemon's queue fills and `peer.send` with `"wait": false` fails busy; once the
+    /// client reads, every message arrives, once and in order.
+    @Test func aStreamClientThatDoesNotReadMakesTheSenderBusyAndLosesNothing() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "slow-reader", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "sender", accept: "all")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bClient = try RawClient(b.socketPath)
+        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        _ = try aWatch.nextEvent("peer.connected")
+        let aClient = try RawClient(a.socketPath)
+        let (fd, reply) = try Self.openStream(aClient, to: bID)
+        defer { closeQuietly(fd) }
+        let limit = Int(try #require(reply["max_message"]?.intValue))
+
+        // 600 KB messages (a request line stays under 1 MiB in base64) until b is busy: a's
+        // socket, the held window and b's 8 MiB queue hold a bounded number of them.
+        let size = min(600_000, limit)
+        func message(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) + withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }
+        var sent = 0
+        var busy: JSONValue?
+        while busy == nil, sent < 200 {
+            let r = try bClient.request("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(sent)).base64EncodedString()),
+                                                      "wait": false])
+            if let e = r["error"] { busy = e } else { sent += 1 }
+        }
+        #expect(busy?["code"]?.intValue == Int64(RPCErrorCode.busy) && busy?["data"]?["kind"] == "busy", "\(String(describing: busy))")
+        #expect(sent < 200 && sent * size >= 8 * 1_048_576, "\(sent) sent before busy: b's queue filled")
+        let queued = try b.call("peer.sessions")["sessions"]?.arrayValue?.first?["queued_bytes"]?.intValue ?? -1
+        #expect(queued > 0 && queued <= 8 * 1_048_576, "\(queued) bytes queued")
+
+        // The client reads: everything arrives; later sends wait for room instead of failing.
+        let total = sent + 5
+        let reader = Self.onThread { () -> [[UInt8]] in
+            var got: [[UInt8]] = []
+            while got.count < total, let m = try Self.readPacket(fd, max: limit) { got.append(m) }
+            return got
+        }
+        for i in sent..<total {
+            _ = try bClient.call("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(i)).base64EncodedString())])
+        }
+        let got = try reader.value(within: 120)
+        #expect(got.count == total && got.map(Self.digest) == (0..<total).map { Self.digest(message($0)) }, "each once, in order")
+    }
+}
