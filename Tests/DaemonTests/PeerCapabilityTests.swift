@@ -180,6 +180,13 @@ extension PeerCapabilityTests {
         return n == 0 ? nil : Array(buffer[..<n])
     }
 
+    /// Runs blocking `body` on a thread of its own and awaits it without holding a thread of
+    /// the cooperative pool (two on a small machine, shared by every suite running meanwhile:
+    /// a test blocking them for long starves the others' tasks).
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { k in Thread { k.resume(with: Result { try body() }) }.start() }
+    }
+
     /// The stream's socket passed with `peer.message-stream`'s reply, and the reply.
     static func openStream(_ c: RawClient, to peer: String) throws -> (fd: Int32, reply: JSONValue) {
         let r = try c.call("peer.message-stream", ["peer": .string(peer)])
@@ -214,8 +221,8 @@ extension PeerCapabilityTests {
 
         // 1000 messages of mixed sizes (one of the largest the stream carries) b → a, echoed
         // by a's client → b, in order.
-        var rng = SystemRandomNumberGenerator()
-        let messages: [[UInt8]] = (0..<1000).map { i in
+        let messages: [[UInt8]] = try await Self.offPool { (0..<1000).map { i in
+            var rng = SystemRandomNumberGenerator()
             let size = i == 500 ? limit : i % 20 == 0 ? Int.random(in: 60_000...200_000, using: &rng) : Int.random(in: 1...3000, using: &rng)
             var m = [UInt8](repeating: 0, count: size)
             var x = UInt64.random(in: 1...UInt64.max, using: &rng)
@@ -224,8 +231,8 @@ extension PeerCapabilityTests {
                 m[j] = UInt8(truncatingIfNeeded: x)
             }
             return m
-        }
-        let echo = Self.onThread { () -> Int in
+        } }
+        async let echo = Self.offPool { () -> Int in
             var n = 0
             while n < messages.count, let m = try Self.readPacket(aFD, max: limit) {
                 try SocketIO.sendPacket(aFD, m)
@@ -233,14 +240,14 @@ extension PeerCapabilityTests {
             }
             return n
         }
-        let back = Self.onThread { () -> [UInt64] in
+        async let back = Self.offPool { () -> [UInt64] in
             var got: [UInt64] = []
             while got.count < messages.count, let m = try Self.readPacket(bFD, max: limit) { got.append(Self.digest(m)) }
             return got
         }
-        for m in messages { try SocketIO.sendPacket(bFD, m) }
-        #expect(try echo.value(within: 120) == messages.count)
-        #expect(try back.value(within: 120) == messages.map(Self.digest), "every message once, in order, unchanged")
+        try await Self.offPool { for m in messages { try SocketIO.sendPacket(bFD, m) } }
+        #expect(try await echo == messages.count)
+        #expect(try await back == messages.map(Self.digest), "every message once, in order, unchanged")
         let sessions = try b.call("peer.sessions")["sessions"]?.arrayValue ?? []
         #expect(sessions.first?["dropped_datagrams"] == 0 && sessions.first?["queued_bytes"] != nil)
 
@@ -286,13 +293,18 @@ extension PeerCapabilityTests {
         // 600 KB messages (a request line stays under 1 MiB in base64) until b is busy: a's
         // socket, the held window and b's 8 MiB queue hold a bounded number of them.
         let size = min(600_000, limit)
-        func message(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) + withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }
-        var sent = 0
-        var busy: JSONValue?
-        while busy == nil, sent < 200 {
-            let r = try bClient.request("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(sent)).base64EncodedString()),
-                                                      "wait": false])
-            if let e = r["error"] { busy = e } else { sent += 1 }
+        @Sendable func message(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) + withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }
+        let socket = b.socketPath
+        let (sent, busy) = try await Self.offPool { () -> (Int, JSONValue?) in
+            let c = try RawClient(socket)
+            var sent = 0
+            while sent < 200 {
+                let r = try c.request("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(sent)).base64EncodedString()),
+                                                    "wait": false])
+                if let e = r["error"] { return (sent, e) }
+                sent += 1
+            }
+            return (sent, nil)
         }
         #expect(busy?["code"]?.intValue == Int64(RPCErrorCode.busy) && busy?["data"]?["kind"] == "busy", "\(String(describing: busy))")
         #expect(sent < 200 && sent * size >= 8 * 1_048_576, "\(sent) sent before busy: b's queue filled")
@@ -301,15 +313,18 @@ extension PeerCapabilityTests {
 
         // The client reads: everything arrives; later sends wait for room instead of failing.
         let total = sent + 5
-        let reader = Self.onThread { () -> [[UInt8]] in
+        async let reader = Self.offPool { () -> [[UInt8]] in
             var got: [[UInt8]] = []
             while got.count < total, let m = try Self.readPacket(fd, max: limit) { got.append(m) }
             return got
         }
-        for i in sent..<total {
-            _ = try bClient.call("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(i)).base64EncodedString())])
+        try await Self.offPool {
+            let c = try RawClient(socket)
+            for i in sent..<total {
+                _ = try c.call("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(i)).base64EncodedString())])
+            }
         }
-        let got = try reader.value(within: 120)
+        let got = try await reader
         #expect(got.count == total && got.map(Self.digest) == (0..<total).map { Self.digest(message($0)) }, "each once, in order")
     }
 }
