@@ -238,12 +238,20 @@ final class PeerMessageStream: Sendable {
 /// The open message streams, one per peer at most, and where a peer's messages go.
 final class PeerMessageStreams: Sendable {
     private let streams = Mutex<[PeerID: PeerMessageStream]>([:])
+    /// Peers whose stream is being opened (a second open for them is refused meanwhile).
+    private let opening = Mutex<Set<PeerID>>([])
     private let nextID = Mutex(1)
 
     /// Opens a stream with `peer` for the client of `rc`; returns the result to answer with.
     func open(peer: PeerID, node: PeerNode, _ rc: RequestContext, handOn: @escaping @Sendable ([[UInt8]]) -> Void,
               onEnd: @escaping @Sendable (PeerMessageStream, PeerMessageStream.End, PeerMessageStream.Counts, Int) -> Void) throws(RPCError) -> PeerMessageStream {
         guard node.sessions.contains(where: { $0.peer == peer }) else { throw PeerError.notConnected(peer.shortText).rpcError }
+        let taken = streams.withLock { $0[peer] != nil } || !opening.withLock { $0.insert(peer).inserted }
+        if taken {
+            throw RPCError(code: RPCErrorCode.busy, message: "a message stream with peer \(peer.shortText) is already open",
+                           data: ["kind": "stream-open", "peer": .string(peer.hex)])
+        }
+        defer { opening.withLock { _ = $0.remove(peer) } }
         let ours: Int32, theirs: Int32
         do {
             (ours, theirs) = try DescriptorPassing.packetPair(bufferBytes: PeerMessageStream.requestedBuffer)
@@ -251,18 +259,13 @@ final class PeerMessageStreams: Sendable {
             throw .internalError("cannot make the stream's socket pair: \(error)")
         }
         let id = nextID.withLock { n -> String in defer { n += 1 }; return "peer-stream\(n)" }
-        let taken = streams.withLock { s -> Bool in s[peer] != nil }
-        if taken {
-            closeQuietly(ours)
-            closeQuietly(theirs)
-            throw RPCError(code: RPCErrorCode.busy, message: "a message stream with peer \(peer.shortText) is already open",
-                           data: ["kind": "stream-open", "peer": .string(peer.hex)])
-        }
         let stream = PeerMessageStream(id: id, fd: ours, peer: peer, node: node, handOn: handOn) { [weak self] stream, end, counts, unwritten in
             self?.streams.withLock { s in if s[peer] === stream { s[peer] = nil } }
             onEnd(stream, end, counts, unwritten)
         }
         streams.withLock { $0[peer] = stream }
+        // The session may have ended between the check above and now: its end was not seen.
+        if !node.sessions.contains(where: { $0.peer == peer }) { stream.sessionEnded("the session ended while the stream opened") }
         rc.onConnectionClose { stream.stop() }
         rc.passWithReply(theirs)
         return stream
