@@ -122,6 +122,20 @@ import Glibc
 }
 
 extension PeerFlowTests {
+    /// A CREDIT that would grow a window past 2^31 - 1 closes with `flow-control`.
+    @Test func aCreditPastTheMaximumWindowCloses() async throws {
+        let a = try Node("strict", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        _ = try raw.handshakeAsDialer()
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0))
+        let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
+        guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
+        #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
+    }
+
     /// A peer that does not read its socket: once the transport's buffers are full the
     /// datagram lane fills (32) and the newest are dropped and counted; sends never wait.
     @Test func datagramsToAPeerThatDoesNotReadAreDroppedAndCounted() async throws {
