@@ -103,7 +103,7 @@ import Glibc
         defer { a.node.stop() }
         let raw = try await RawPeer.connect(port: a.node.port)
         defer { raw.close() }
-        let me = try raw.handshakeAsDialer()
+        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
         #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
         if messages { a.node.holdMessages(from: me, true) }
         // Five full frames: the fifth is past the 256 KiB window of its stream.
@@ -128,9 +128,9 @@ extension PeerFlowTests {
         defer { a.node.stop() }
         let raw = try await RawPeer.connect(port: a.node.port)
         defer { raw.close() }
-        _ = try raw.handshakeAsDialer()
+        _ = try await RawPeer.offPool { try raw.handshakeAsDialer() }
         #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
-        try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0))
+        try await RawPeer.offPool { try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0)) }
         let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
         guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
@@ -143,7 +143,7 @@ extension PeerFlowTests {
         defer { a.node.stop() }
         let raw = try await RawPeer.connect(port: a.node.port)
         defer { raw.close() }
-        let me = try raw.handshakeAsDialer()
+        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
         #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
         // 400 datagrams of 64 KiB (26 MB): more than the kernel's buffers on both ends (the
         // raw peer's is fixed small, the sender's is at most tcp_wmem's 4 MiB) plus the lane's 32.
