@@ -59,6 +59,7 @@ public enum CommandTable {
         PeerCommands.decline,
         PeerCommands.sessions,
         PeerCommands.send,
+        PeerStreamCommand.command,
         PeerCommands.disconnect,
         PeerCommands.trust,
         PeerCommands.forget,

@@ -85,20 +85,21 @@ enum PeerCommands {
             return list.isEmpty ? "no sessions" : list.map(renderSession).joined(separator: "\n")
         }))
 
-    /// `peer send TEXT [--to ID]... [--unreliable]`.
+    /// `peer send TEXT [--to ID]... [--unreliable] [--no-wait]`.
     static let send = CLICommand(
         ["peer", "send"],
         abstract: "Send a message to peers (all sessions unless --to).",
         options: [
             .value("to", valueName: "id", parser: .nonEmptyString, repeating: true, help: "A peer (repeatable); default: every session."),
-            .flag("unreliable", help: "Send it unreliably (never queued; dropped when the link is busy)."),
+            .flag("unreliable", help: "Send it unreliably (never waits; dropped when the peer's datagram queue is full)."),
+            .flag("no-wait", help: "Fail (busy) instead of waiting when a peer's queue is full."),
         ],
         arguments: [Positional("text", help: "The message (UTF-8).")],
         action: .call(request: { v throws(CLIError) in
             let to = v.strings("to")
             return RPCCall(method: ControlMethod.peerSend, params: [
                 "to": to.isEmpty ? "all" : .array(to.map(JSONValue.string)),
-                "text": .string(v.string("text") ?? ""), "reliable": .bool(!v.flag("unreliable")),
+                "text": .string(v.string("text") ?? ""), "reliable": .bool(!v.flag("unreliable")), "wait": .bool(!v.flag("no-wait")),
             ])
         }, render: { r in "sent \(Rendering.scalar(r["bytes"] ?? .null)) bytes to \(r["sent_to"]?.arrayValue?.count ?? 0) peer(s)" }))
 

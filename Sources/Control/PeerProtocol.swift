@@ -13,8 +13,12 @@ extension ControlMethod {
     public static let peerDecline = "peer.decline"
     /// The sessions: `{}` → `{"sessions": [Session]}`.
     public static let peerSessions = "peer.sessions"
-    /// Sends a message: `{"to": [peer] | "all", "data_base64" | "text", "reliable"?}` → `{"sent_to": [peer]}`.
+    /// Sends a message: `{"to": [peer] | "all", "data_base64" | "text", "reliable"?, "wait"?}` → `{"sent_to": [peer]}`.
     public static let peerSend = "peer.send"
+    /// A data stream of messages with one peer: `{"peer"}` → `{"stream", "peer", "fd": true,
+    /// "max_message"}` and a packet socket passed with the reply (each packet one message,
+    /// both ways; the peer's messages go there instead of `peer.message` events).
+    public static let peerMessageStream = "peer.message-stream"
     /// Ends a session: `{"peer"}`.
     public static let peerDisconnect = "peer.disconnect"
     /// Trusts a peer (its ID is pinned): `{"peer", "name"?}`.
@@ -56,4 +60,7 @@ extension ControlEvent {
     public static let peerReconnecting = "peer.reconnecting"
     /// Topic: redialling a trusted peer stopped after `attempts`.
     public static let peerReconnectGaveUp = "peer.reconnect-gave-up"
+    /// To the connection that opened it: a message stream ended (`stream`, `reason`,
+    /// `message`, counts `sent`, `received`, `unwritten`).
+    public static let peerStreamEnded = "peer.stream-ended"
 }

@@ -21,6 +21,9 @@ final class PeerCapability: DaemonCapability {
     private let state = Mutex<(node: PeerNode?, trust: TrustStore?, context: DaemonContext?)>((nil, nil, nil))
     /// Where advertising and browsing go (the daemon's one Avahi client).
     private let dnssd: DNSSDCapability
+    /// Message streams (`peer.message-stream`, PeerMessageStream.swift): a peer's reliable
+    /// messages go to its stream while one is open, instead of `peer.message` events.
+    let streams = PeerMessageStreams()
 
     init(dnssd: DNSSDCapability) {
         self.dnssd = dnssd
@@ -93,7 +96,7 @@ final class PeerCapability: DaemonCapability {
             return ["sessions": .array(node.sessions.sorted { $0.connection < $1.connection }.map { Self.json($0) })]
         }
         context.register(ControlMethod.peerSend) { p, _ throws(RPCError) in
-            try p.rejectUnknown(allowed: ["to", "data_base64", "text", "reliable"])
+            try p.rejectUnknown(allowed: ["to", "data_base64", "text", "reliable", "wait"])
             guard let data = try Self.bytes(p, base64: "data_base64", text: "text") else {
                 throw .invalidParams("data_base64", "required (or \"text\")")
             }
@@ -105,9 +108,12 @@ final class PeerCapability: DaemonCapability {
                 guard !peers.isEmpty else { throw .invalidParams("to", "the list is empty") }
             }
             let reliable = try p.optionalBool("reliable") ?? true
-            let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable) }
+            // false: a full queue answers busy (-32006) instead of waiting for room.
+            let wait = try p.optionalBool("wait") ?? true
+            let sent = try await rpc { try await node.send(data, to: peers, reliable: reliable, wait: wait) }
             return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
+        registerMessageStream(context, node: node)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
@@ -224,12 +230,12 @@ final class PeerCapability: DaemonCapability {
         case .invitation(let i): context.publish(topic: ControlEvent.peerInvitation, data: Self.json(i))
         case .invitationEnded(let d): context.publish(topic: ControlEvent.peerInvitationEnded, data: Self.json(d))
         case .connected(let s): context.publish(topic: ControlEvent.peerConnected, data: Self.json(s))
-        case .disconnected(let d): context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
+        case .disconnected(let d):
+            if d.wasConnected, let peer = d.peer { streams.sessionEnded(peer, reason: d.reason.description) }
+            context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
         case .message(let from, let bytes, let reliable):
-            var o = Self.json(from)
-            o["data_base64"] = .string(Data(bytes).base64EncodedString())
-            o["reliable"] = .bool(reliable)
-            context.publish(topic: ControlEvent.peerMessage, data: .object(o))
+            if reliable, streams.deliver(bytes, from: from) { return }
+            context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: from, bytes, reliable: reliable))
         case .reconnecting(let peer, let attempt, let after):
             var o = Self.json(peer)
             o["attempt"] = .int(Int64(attempt))

@@ -109,6 +109,8 @@ extension PeerCapability {
         o["encrypted"] = .bool(s.encrypted)
         o["pairing_code"] = s.pairingCode.map { .string($0.text) } ?? .null
         o["trusted"] = .bool(s.trusted)
+        o["dropped_datagrams"] = .int(Int64(s.droppedDatagrams))
+        o["queued_bytes"] = .int(Int64(s.queuedBytes))
         return .object(o)
     }
 
@@ -154,6 +156,10 @@ extension PeerError: RPCErrorConvertible {
         case .refused(let d):
             RPCError(code: RPCErrorCode.peerRefused, message: description,
                      data: ["kind": "refused", "reason": .string(d.reason.description), "detail": .string(d.detail), "by_peer": .bool(d.byPeer)])
+        case .busy(let p, let n):
+            RPCError(code: RPCErrorCode.busy, message: description, data: ["kind": "busy", "peer": .string(p), "sent_to": .int(Int64(n))])
+        case .stopped:
+            RPCError(code: RPCErrorCode.invalidState, message: description, data: ["kind": "stopped"])
         }
     }
 }

@@ -10,15 +10,19 @@ import TLS
 /// decoder and the `ConnectionMachine`, all on the channel's serial queue.
 ///
 /// Bytes in: socket → TLS (`feed`, `readPlaintext`) → `FrameDecoder` → machine. Frames out:
-/// machine → `FrameEncoder` → TLS (`write`, `takeOutgoing`) → socket. HELLO travels in plain
-/// text; when the machine says `startTLS`, the bytes the decoder holds past HELLO are the
-/// peer's first TLS bytes and go to TLS. The machine's events go to `onEvent`, in order, on
-/// the queue.
+/// machine and senders → `SendScheduler` (the four lanes, peer-protocol.md section 7) → the
+/// peer's credit (`ConnectionMachine.nextFrame`) → `FrameEncoder` → TLS (`write`,
+/// `takeOutgoing`) → socket. HELLO travels in plain text; when the machine says `startTLS`,
+/// the bytes the decoder holds past HELLO are the peer's first TLS bytes and go to TLS. The
+/// machine's events go to `onEvent`, in order, on the queue.
 ///
-/// Memory per connection is bounded: what the socket does not take waits in the channel's
-/// outbox and, past it, in a backlog that only reliable frames join; `hasRoom`/`room()` tell a
-/// sender when to wait. Unreliable datagrams never wait behind anything: when anything is
-/// waiting they are dropped and counted.
+/// The lanes decide what goes next, so nothing may wait below them: the channel's outbox
+/// holds one item (`outboxLimit` 1) and a frame is taken from the scheduler only when the
+/// outbox is empty (`Channel.hasRoom`); when the socket is full the channel says so
+/// (`whenRoom`) and writing resumes from the scheduler. A control frame or a datagram
+/// therefore waits behind at most the one frame being written. Memory per connection is the
+/// scheduler's bound (8 MiB of messages by default; `send` answers `busy` past it and
+/// `room(for:)` waits for it) plus one frame.
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64
@@ -33,14 +37,17 @@ public final class PeerConnection: Sendable {
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
     private let state: Mutex<State>
 
-    /// Ciphertext (or plain frames) the channel's outbox had no room for, above which a
-    /// reliable sender waits.
-    static let backlogLimit = 4 << 20
-    /// The channel's own outbox, in bytes.
-    static let outboxLimit = 1 << 20
+    /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
+    public typealias SendResult = ConnectionMachine.SendResult
+
+    private struct RoomWaiter {
+        let bytes: Int
+        let resume: @Sendable (Bool) -> Void
+    }
 
     private struct State {
         var machine: ConnectionMachine
+        var scheduler: SendScheduler
         var decoder = FrameDecoder()
         var tls: TLSConnection?
         var tlsReported = false
@@ -48,19 +55,28 @@ public final class PeerConnection: Sendable {
         var pendingForTLS: [UInt8] = []
         /// The decoder failed or the stream ended: nothing more is read.
         var inputDead = false
-        var backlog: [[UInt8]] = []
-        var backlogBytes = 0
-        var waitingForRoom = false
-        var roomWaiters: [@Sendable (Bool) -> Void] = []
+        /// Transport bytes that are not frames (TLS handshake records, alerts, close_notify)
+        /// the channel had no room for; they go before any further frame.
+        var stalled: [[UInt8]] = []
+        /// A `whenRoom` is pending on the channel.
+        var waitingForChannel = false
+        /// Senders waiting for the scheduler to take a message of their size.
+        var roomWaiters: [RoomWaiter] = []
+        /// CLOSE was written: nothing follows it.
+        var closeWritten = false
+        /// A control frame found its lane full (a peer flooding PINGs while this side cannot
+        /// write): the connection closes with `busy`.
+        var controlOverflow = false
         var timerGeneration: UInt64 = 0
         var closed = false
-        var droppedDatagrams = 0
     }
 
     /// Wraps a connected, non-blocking TCP socket (the connection owns it from now on).
-    /// Nothing happens before `start`.
+    /// Nothing happens before `start`. `maxQueuedBytes`: the scheduler's bound on messages
+    /// waiting to be sent (tests make it small).
     public init(id: UInt64, fd: Int32, role: Role, remote: SocketAddress, config: ConnectionConfig, identity: TLSIdentity,
-                logger: Logger, onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void) {
+                logger: Logger, maxQueuedBytes: Int = 8 * 1_048_576,
+                onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void) {
         self.id = id
         self.role = role
         self.remote = remote
@@ -68,8 +84,9 @@ public final class PeerConnection: Sendable {
         self.logger = logger
         self.onEvent = onEvent
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
-        channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: Self.outboxLimit)
-        state = Mutex(State(machine: ConnectionMachine(config: config, role: role)))
+        channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1)
+        state = Mutex(State(machine: ConnectionMachine(config: config, role: role),
+                            scheduler: SendScheduler(maxQueuedBytes: maxQueuedBytes)))
     }
 
     /// Starts reading and sends HELLO.
@@ -88,9 +105,9 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    // MARK: Commands (from any thread; carried out on the queue, in order)
+    // MARK: Commands (from any thread)
 
-    /// Feeds `command` to the machine on the connection's queue.
+    /// Feeds `command` to the machine on the connection's queue (carried out in order).
     public func input(_ command: ConnectionInput) {
         queue.async { [self] in run(command) }
     }
@@ -100,19 +117,46 @@ public final class PeerConnection: Sendable {
         state.withLock { ($0.machine.state, $0.machine.peerHello, $0.machine.encrypted, $0.machine.pairingCode) }
     }
 
-    /// Unreliable datagrams dropped because something was waiting to be sent.
-    public var droppedDatagrams: Int { state.withLock { $0.droppedDatagrams } }
+    /// Unreliable datagrams dropped because their lane was full.
+    public var droppedDatagrams: Int { state.withLock { $0.scheduler.droppedUnreliable } }
 
-    /// Whether a reliable sender may hand over more now.
-    public var hasRoom: Bool { state.withLock { !$0.closed && $0.backlogBytes < Self.backlogLimit } }
+    /// Bytes waiting in the send lanes (frames with their headers).
+    public var queuedBytes: Int { state.withLock { $0.scheduler.queuedBytes } }
 
-    /// Waits until a reliable sender may hand over more (true) or the connection is closed (false).
-    public func room() async -> Bool {
+    /// Queues a reliable message now (from any thread): `.queued`, `.busy` when the lanes
+    /// are over their bound (nothing was queued, no id taken; `room(for:)` says when to try
+    /// again), or `.refused` (not connected, too large).
+    public func send(message: [UInt8]) -> SendResult {
+        sending { s in s.machine.send(message: message, into: &s.scheduler) }
+    }
+
+    /// Queues an unreliable datagram now: `.queued`, or `.dropped` (counted) when its lane
+    /// is full; never waits.
+    public func send(datagram: [UInt8]) -> SendResult {
+        sending { s in s.machine.send(datagram: datagram, into: &s.scheduler) }
+    }
+
+    private func sending(_ body: (inout State) -> SendResult) -> SendResult {
+        let (result, waiters) = state.withLock { s -> (SendResult, [RoomWaiter]) in
+            if s.closed { return (.refused("the connection is closed"), []) }
+            let r = body(&s)
+            // Written from the caller's thread, as `Channel.send` does: no hop per message.
+            guard r == .queued else { return (r, []) }
+            pump(&s)
+            return (r, roomForWaiters(&s))
+        }
+        for w in waiters { w.resume(true) }
+        return result
+    }
+
+    /// Waits until the lanes would take a message of `bytes` (true), or the connection is
+    /// closed (false).
+    public func room(for bytes: Int) async -> Bool {
         await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
             let now = state.withLock { s -> Bool? in
                 if s.closed { return false }
-                if s.backlogBytes < Self.backlogLimit { return true }
-                s.roomWaiters.append { c.resume(returning: $0) }
+                if s.scheduler.canAccept(byteCount: bytes) { return true }
+                s.roomWaiters.append(RoomWaiter(bytes: bytes) { c.resume(returning: $0) })
                 return nil
             }
             if let now { c.resume(returning: now) }
@@ -123,18 +167,19 @@ public final class PeerConnection: Sendable {
 
     private func run(_ input: ConnectionInput) {
         var events: [ConnectionEvent] = []
-        state.withLock { s in
-            guard !s.closed || input == .transportClosed else { return }
+        let waiters = state.withLock { s -> [RoomWaiter] in
+            guard !s.closed || input == .transportClosed else { return [] }
             let actions = s.machine.handle(input, now: .now)
             perform(actions, &s, &events)
             ingestPendingTLS(&s, &events)
+            return endOfTurn(&s, &events)
         }
-        deliver(events)
+        deliver(events, waiters)
     }
 
     private func received(_ chunks: [[UInt8]]) {
         var events: [ConnectionEvent] = []
-        state.withLock { s in
+        let waiters = state.withLock { s -> [RoomWaiter] in
             for chunk in chunks where !s.inputDead {
                 if s.tls != nil {
                     ingestTLS(chunk, &s, &events)
@@ -144,12 +189,26 @@ public final class PeerConnection: Sendable {
                 }
                 ingestPendingTLS(&s, &events)
             }
+            return endOfTurn(&s, &events)
         }
-        deliver(events)
+        deliver(events, waiters)
     }
 
-    private func deliver(_ events: [ConnectionEvent]) {
+    private func deliver(_ events: [ConnectionEvent], _ waiters: [RoomWaiter]) {
+        for w in waiters { w.resume(true) }
         for e in events { onEvent(self, e) }
+    }
+
+    /// After the machine's actions: a control lane that overflowed closes the connection
+    /// (`busy`), and whatever may go now is written (a CREDIT received, a frame queued).
+    private func endOfTurn(_ s: inout State, _ events: inout [ConnectionEvent]) -> [RoomWaiter] {
+        if s.controlOverflow, !s.closed {
+            s.controlOverflow = false
+            let why = "more than \(s.scheduler.maxControlFrames) control frames wait while the peer does not read"
+            perform(s.machine.handle(.close(.busy, text: why), now: .now), &s, &events)
+        }
+        pump(&s)
+        return roomForWaiters(&s)
     }
 
     /// Decodes and hands on every whole frame; stops at a `startTLS` (what follows is TLS).
@@ -181,12 +240,12 @@ public final class PeerConnection: Sendable {
         do {
             try tls.feed(bytes)
         } catch {
-            transmit(tls.takeOutgoing(), reliable: true, &s)  // the alert that says why
+            transmit(tls.takeOutgoing(), &s)  // the alert that says why
             s.inputDead = true
             perform(s.machine.handle(.tlsFailed(error.description), now: .now), &s, &events)
             return
         }
-        transmit(tls.takeOutgoing(), reliable: true, &s)
+        transmit(tls.takeOutgoing(), &s)
         if !s.tlsReported, tls.handshakeState == .done {
             s.tlsReported = true
             guard let fp = tls.peerFingerprint, let certificateID = PeerID(bytes: fp), let claimed = s.machine.peerID else {
@@ -214,7 +273,7 @@ public final class PeerConnection: Sendable {
         for action in actions {
             switch action {
             case .send(let frame):
-                send(frame, &s)
+                enqueue(frame, &s)
             case .startTLS(let asClient):
                 startTLS(asClient: asClient, &s, &events)
             case .emit(let e):
@@ -222,9 +281,7 @@ public final class PeerConnection: Sendable {
             case .armTimer(let at):
                 s.timerGeneration += 1
                 let generation = s.timerGeneration
-                let delay = ContinuousClock.now.duration(to: at)
-                let nanos = max(0, delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
-                queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanos, Int64(Int.max))))) { [weak self] in
+                queue.asyncAfter(deadline: .now() + ContinuousClock.now.duration(to: at).dispatchInterval) { [weak self] in
                     guard let self, self.state.withLock({ $0.timerGeneration == generation }) else { return }
                     self.run(.tick)
                 }
@@ -236,20 +293,62 @@ public final class PeerConnection: Sendable {
         }
     }
 
+    /// A frame of the machine's into its lane. HELLO, and the CLOSE that may follow it before
+    /// TLS, are written at once: what comes next (TLS) must not be taken for a frame nor go
+    /// before them.
+    private func enqueue(_ frame: Frame, _ s: inout State) {
+        guard !s.closeWritten else { return }
+        switch s.scheduler.enqueue(frame) {
+        case .queued:
+            if s.tls == nil { pump(&s) }
+        case .dropped:
+            break  // a datagram, counted by the scheduler
+        case .busy:
+            s.controlOverflow = true
+        }
+    }
+
     private func startTLS(asClient: Bool, _ s: inout State, _ events: inout [ConnectionEvent]) {
         // The certificate must be the one whose SHA-256 the peer's HELLO announced.
         let pin = s.machine.peerID.map { PinPolicy.expect($0.bytes) } ?? PinPolicy { _ in .reject("no HELLO before TLS") }
         do {
             let tls = try TLSConnection(role: asClient ? .client : .server, identity: identity, pin: pin)
             s.tls = tls
-            transmit(tls.takeOutgoing(), reliable: true, &s)
+            transmit(tls.takeOutgoing(), &s)
             s.pendingForTLS += s.decoder.takeBufferedBytes()
         } catch {
             perform(s.machine.handle(.tlsFailed(error.description), now: .now), &s, &events)
         }
     }
 
-    private func send(_ frame: Frame, _ s: inout State) {
+    // MARK: Writing (under the lock)
+
+    /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
+    /// allows (then `roomForWaiters` says which senders may try again).
+    private func pump(_ s: inout State) {
+        while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
+              let frame = s.machine.nextFrame(from: &s.scheduler) {
+            write(frame, &s)
+            if case .close = frame {
+                // CLOSE is the last frame: what is still queued will never go.
+                s.closeWritten = true
+                s.scheduler = SendScheduler(maxQueuedBytes: s.scheduler.maxQueuedBytes)
+            }
+        }
+        if !s.closed, !s.stalled.isEmpty || !channel.hasRoom { waitForChannel(&s) }
+    }
+
+    /// The waiters, in order, whose message the lanes would take now.
+    private func roomForWaiters(_ s: inout State) -> [RoomWaiter] {
+        var ready: [RoomWaiter] = []
+        while let w = s.roomWaiters.first, s.scheduler.canAccept(byteCount: w.bytes) {
+            ready.append(w)
+            s.roomWaiters.removeFirst()
+        }
+        return ready
+    }
+
+    private func write(_ frame: Frame, _ s: inout State) {
         let bytes: [UInt8]
         do {
             bytes = try FrameEncoder.encode(frame)
@@ -258,91 +357,74 @@ public final class PeerConnection: Sendable {
             logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
             return
         }
-        let reliable: Bool
-        if case .unreliable = frame { reliable = false } else { reliable = true }
-        if let tls = s.tls {
-            do {
-                try tls.write(bytes)
-            } catch {
-                logger.warning("TLS refused a frame", ["peer.connection": "\(id)", "error": "\(error)"])
-                return
-            }
-            transmit(tls.takeOutgoing(), reliable: reliable, &s)
-        } else {
-            transmit(bytes, reliable: reliable, &s)
-        }
-    }
-
-    /// Hands bytes to the channel, or to the backlog when the channel is full (reliable), or
-    /// drops them (unreliable, when anything waits).
-    private func transmit(_ bytes: [UInt8], reliable: Bool, _ s: inout State) {
-        guard !bytes.isEmpty, !s.closed else { return }
-        if !s.backlog.isEmpty {
-            if reliable {
-                s.backlog.append(bytes)
-                s.backlogBytes += bytes.count
-            } else {
-                s.droppedDatagrams += 1
-            }
+        guard let tls = s.tls else { return transmit(bytes, &s) }
+        do {
+            try tls.write(bytes)
+        } catch {
+            logger.warning("TLS refused a frame", ["peer.connection": "\(id)", "error": "\(error)"])
             return
         }
-        switch channel.send(bytes) {
-        case .accepted, .closed: return
-        case .full:
-            guard reliable else {
-                s.droppedDatagrams += 1
-                return
-            }
-            s.backlog.append(bytes)
-            s.backlogBytes += bytes.count
-            waitForChannelRoom(&s)
-        }
+        transmit(tls.takeOutgoing(), &s)
     }
 
-    private func waitForChannelRoom(_ s: inout State) {
-        guard !s.waitingForRoom else { return }
-        s.waitingForRoom = true
+    /// Hands transport bytes to the channel in order; what it has no room for waits (a frame
+    /// never does: it is taken only when there is room).
+    private func transmit(_ bytes: [UInt8], _ s: inout State) {
+        guard !bytes.isEmpty, !s.closed else { return }
+        if s.stalled.isEmpty, channel.send(bytes) != .full { return }
+        s.stalled.append(bytes)
+        waitForChannel(&s)
+    }
+
+    private func waitForChannel(_ s: inout State) {
+        guard !s.waitingForChannel else { return }
+        s.waitingForChannel = true
         // The handler may run at once, on this thread, inside our lock: hop to the queue.
         channel.whenRoom { [weak self] open in
             guard let self else { return }
-            self.queue.async { self.drainBacklog(open) }
+            self.queue.async { self.channelHasRoom(open) }
         }
     }
 
-    private func drainBacklog(_ open: Bool) {
-        let waiters = state.withLock { s -> [@Sendable (Bool) -> Void] in
-            s.waitingForRoom = false
-            guard open, !s.closed else { return [] }
-            while let first = s.backlog.first {
-                guard channel.send(first) == .accepted else {
-                    waitForChannelRoom(&s)
-                    break
-                }
-                s.backlog.removeFirst()
-                s.backlogBytes -= first.count
+    private func channelHasRoom(_ open: Bool) {
+        let waiters = state.withLock { s -> [RoomWaiter] in
+            s.waitingForChannel = false
+            guard open else { return [] }
+            while let first = s.stalled.first {
+                guard channel.send(first) != .full else { break }
+                s.stalled.removeFirst()
             }
-            guard s.backlogBytes < Self.backlogLimit else { return [] }
-            defer { s.roomWaiters = [] }
-            return s.roomWaiters
+            if s.closed {
+                if s.stalled.isEmpty { closeChannelWhenFlushed() } else { waitForChannel(&s) }
+                return []
+            }
+            pump(&s)
+            return roomForWaiters(&s)
         }
-        for w in waiters { w(true) }
+        for w in waiters { w.resume(true) }
     }
+
+    // MARK: Closing
 
     private func closeTransport(_ s: inout State) {
         guard !s.closed else { return }
+        pump(&s)  // a CLOSE still in its lane goes if the socket takes it
         if let tls = s.tls {
             tls.close()
-            transmit(tls.takeOutgoing(), reliable: true, &s)
+            transmit(tls.takeOutgoing(), &s)
         }
         s.closed = true
         let waiters = s.roomWaiters
         s.roomWaiters = []
-        queue.async { for w in waiters { w(false) } }
-        let channel = self.channel
-        if s.backlog.isEmpty {
-            channel.whenFlushed { channel.close() }
-        }
+        queue.async { for w in waiters { w.resume(false) } }
+        if s.stalled.isEmpty { closeChannelWhenFlushed() }
         // A peer that stops reading must not keep the socket: close it after a moment anyway.
+        let channel = self.channel
         queue.asyncAfter(deadline: .now() + .seconds(2)) { channel.close() }
+    }
+
+    private func closeChannelWhenFlushed() {
+        let channel = self.channel
+        channel.whenFlushed { channel.close() }
     }
 }

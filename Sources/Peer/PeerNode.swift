@@ -143,7 +143,7 @@ public final class PeerNode: Sendable {
             return s.nextID
         }
         let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
-                               logger: logger) { [weak self] c, e in self?.handle(c, e) }
+                               logger: logger, maxQueuedBytes: config.maxQueuedBytes) { [weak self] c, e in self?.handle(c, e) }
         state.withLock { $0.connections[id] = c }
         return c
     }
@@ -154,6 +154,7 @@ public final class PeerNode: Sendable {
     /// declined, timed out, refused). `expected`: the peer ID it must have (from discovery).
     public func connect(to target: HostPort, context: [UInt8] = [], timeout: Duration = .seconds(30),
                         expected: PeerID? = nil) async throws -> PeerSummary {
+        guard !state.withLock({ $0.stopped }) else { throw PeerError.stopped }
         guard context.count <= Wire.maxContext else {
             throw PeerError.invalid("context", "at most \(Wire.maxContext) bytes, got \(context.count)")
         }
@@ -171,6 +172,11 @@ public final class PeerNode: Sendable {
             } catch {
                 lastError = error
                 continue
+            }
+            // `stop` may have run while this dialled: it closed every connection it knew of.
+            guard !state.withLock({ $0.stopped }) else {
+                closeQuietly(fd)
+                throw PeerError.stopped
             }
             let c = makeConnection(fd: fd, role: .dialer, remote: address, expected: expected)
             let refusal = state.withLock { s -> Reason? in
@@ -214,9 +220,12 @@ public final class PeerNode: Sendable {
         c.input(accept ? .accept : .decline(.declined))
     }
 
-    /// Sends a message to each of `peers` (all sessions when empty). Reliable messages wait
-    /// for room on each connection; unreliable ones go at once or are dropped.
-    public func send(_ bytes: [UInt8], to peers: [PeerID], reliable: Bool) async throws -> [PeerID] {
+    /// Sends a message to each of `peers` (all sessions when empty), in that order. A
+    /// reliable message is queued under each peer's flow control; when a peer's queue is over
+    /// its bound it waits for room (`wait`) or fails `busy` (the peers before it got the
+    /// message). An unreliable one goes at once, or is dropped and counted when its lane is
+    /// full; it never waits.
+    public func send(_ bytes: [UInt8], to peers: [PeerID], reliable: Bool, wait: Bool = true) async throws -> [PeerID] {
         if reliable, bytes.count > Wire.maxMessage { throw PeerError.invalid("data", "a message is at most \(Wire.maxMessage) bytes, got \(bytes.count)") }
         let targets = try state.withLock { s -> [(PeerID, PeerConnection)] in
             let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
@@ -225,15 +234,30 @@ public final class PeerNode: Sendable {
                 return (p, c)
             }
         }
-        for (p, c) in targets {
-            if reliable {
-                guard await c.room() else { throw PeerError.notConnected(p.shortText) }
-                c.input(.sendMessage(bytes))
-            } else {
-                c.input(.sendUnreliable(bytes))
+        for (i, (p, c)) in targets.enumerated() {
+            attempt: while true {
+                switch reliable ? c.send(message: bytes) : c.send(datagram: bytes) {
+                case .queued, .dropped:
+                    break attempt
+                case .busy:
+                    guard wait else { throw PeerError.busy(p.shortText, sentTo: i) }
+                    guard await c.room(for: bytes.count) else { throw PeerError.notConnected(p.shortText) }
+                case .refused(let why):
+                    logger.debug("a send was refused", ["peer.id": p.shortText, "why": why])
+                    throw PeerError.notConnected(p.shortText)
+                }
             }
         }
         return targets.map(\.0)
+    }
+
+    /// Holds back (true) or returns (false) the flow-control credit for messages from `peer`:
+    /// for a consumer that cannot take more messages now (a data stream whose client does
+    /// not read). The messages already under way still arrive, then the peer's window runs
+    /// out and its sends queue up on its side; nothing is dropped. Unknown peers are ignored
+    /// (their session is gone).
+    public func holdMessages(from peer: PeerID, _ hold: Bool) {
+        state.withLock { s in s.table.connection(for: peer).flatMap { s.connections[$0] } }?.input(.holdMessageCredit(hold))
     }
 
     /// Ends the session with `peer`.
@@ -280,7 +304,9 @@ public final class PeerNode: Sendable {
         case .datagram(let bytes):
             if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: false)) }
         case .frame:
-            break  // flow control, resources and streams: not handled yet
+            // Resources and streams are not implemented: their frames are counted against the
+            // windows (the machine does that) and never consumed.
+            break
         case .refused(let command, let why):
             logger.notice("peer connection refused a command", ["peer.connection": "\(c.id)", "command": command, "why": why])
         case .disconnected(let reason, let detail, let byPeer):
@@ -422,7 +448,7 @@ public final class PeerNode: Sendable {
         let delay = ContinuousClock.now.duration(to: at)
         logger.info("redialling a trusted peer", ["peer.id": peer.shortText, "attempt": "\(attempt)", "in": "\(delay)"])
         onEvent(.reconnecting(peer, attempt: attempt, after: max(delay, .zero)))
-        queue.asyncAfter(deadline: .now() + Self.dispatchInterval(delay)) { [weak self] in
+        queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
             guard let self else { return }
             let targets = self.state.withLock { s -> [HostPort]? in
                 guard !s.stopped, s.table.shouldRedial(peer) else { return nil }
@@ -450,12 +476,6 @@ public final class PeerNode: Sendable {
         apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
     }
 
-    /// `d` as Dispatch's interval (nanoseconds; negative: now).
-    static func dispatchInterval(_ d: Duration) -> DispatchTimeInterval {
-        let nanos = d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
-        return .nanoseconds(Int(max(nanos, 0)))
-    }
-
     /// How long a `connect` whose connection lost the tie-break waits for the other one.
     static let movedWaiterLimit: Duration = .seconds(40)
 
@@ -464,7 +484,7 @@ public final class PeerNode: Sendable {
         guard let hello = snap.hello else { return nil }
         return PeerSummary(peer: hello.peerID, displayName: hello.displayName, remote: c.remote, connection: c.id,
                            role: c.role, encrypted: snap.encrypted ?? false, pairingCode: snap.pairingCode,
-                           trusted: trust.isTrusted(hello.peerID))
+                           trusted: trust.isTrusted(hello.peerID), droppedDatagrams: c.droppedDatagrams, queuedBytes: c.queuedBytes)
     }
 
     // MARK: Sockets
@@ -492,7 +512,7 @@ public final class PeerNode: Sendable {
                     finish(Result { try TCPSocket.connectResult(fd, to: address) })
                 })
                 watch.want(write: true)
-                queue.asyncAfter(deadline: .now() + Self.dispatchInterval(limit)) {
+                queue.asyncAfter(deadline: .now() + limit.dispatchInterval) {
                     finish(.failure(SystemError(call: "connect", code: ETIMEDOUT, context: address.description)))
                 }
             }

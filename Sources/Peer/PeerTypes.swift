@@ -27,6 +27,9 @@ public struct PeerNodeConfig: Sendable {
     public var missedPings = 3
     /// Whether a peer becomes trusted once a session with it is up (a board that pairs once).
     public var trustOnConnect = false
+    /// Bytes of messages waiting to be sent to one peer, beyond which a send waits or fails
+    /// `busy` (peer-protocol.md section 7; one larger message is taken when nothing waits).
+    public var maxQueuedBytes = 8 * 1_048_576
 
     /// Settings with defaults and `displayName`.
     public init(displayName: String) { self.displayName = displayName }
@@ -50,6 +53,10 @@ public struct PeerSummary: Sendable, Hashable {
     public let pairingCode: PairingCode?
     /// Whether the peer is in the trust store.
     public let trusted: Bool
+    /// Unreliable datagrams to this peer dropped so far (their lane was full).
+    public let droppedDatagrams: Int
+    /// Bytes waiting to be sent to this peer (messages, datagrams, protocol frames).
+    public let queuedBytes: Int
 }
 
 /// An invitation waiting for an answer.
@@ -125,6 +132,11 @@ public enum PeerError: Error, Sendable, CustomStringConvertible {
     case unreachable(String, String)
     /// The peer, or this side, ended the attempt.
     case refused(PeerDisconnect)
+    /// The queue for this peer is over its bound and the caller asked not to wait (the
+    /// peer, and how many of the peers asked for got the message before it).
+    case busy(String, sentTo: Int)
+    /// The node was stopped: it makes no more connections.
+    case stopped
 
     /// A sentence for users.
     public var description: String {
@@ -135,6 +147,10 @@ public enum PeerError: Error, Sendable, CustomStringConvertible {
         case .full(let n): "the session table is full (\(n) peers)"
         case .unreachable(let target, let why): "cannot reach \(target): \(why)"
         case .refused(let d): "\(d.byPeer ? "the peer" : "this side") ended the connection: \(d.reason) (\(d.detail))"
+        case .busy(let p, let n):
+            "busy: the queue for peer \(p) is full (the peer is not taking messages as fast as they are sent)"
+                + (n > 0 ? "; sent to \(n) peer(s) before it" : "")
+        case .stopped: "peer sessions are stopped"
         }
     }
 }

@@ -39,8 +39,12 @@ public struct ConnectionMachine: Sendable {
     public private(set) var sendCredit = SendCredit()
     /// What the peer may still send; MESSAGE bytes are consumed as they arrive (a partial
     /// message must not stall on its own window), resource and stream bytes when the
-    /// caller says (`consumed`).
+    /// caller says (`consumed`). A caller whose application cannot keep up holds message
+    /// credit (`holdMessageCredit`): the bytes are returned once it can again, whether or
+    /// not the message they belong to is whole, so a held message never waits on itself.
     private var receiveCredit = ReceiveCredit()
+    /// `holdMessageCredit(true)`: MESSAGE bytes that arrived since, not yet returned.
+    private var heldMessageBytes: Int?
 
     /// A machine for a connection this side dialled (`.dialer`) or accepted (`.listener`).
     public init(config: ConnectionConfig, role: Role) {
@@ -77,6 +81,13 @@ public struct ConnectionMachine: Sendable {
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
         case .consumed(let id, let bytes):
             if state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
+        case .holdMessageCredit(let hold):
+            if hold {
+                if heldMessageBytes == nil { heldMessageBytes = 0 }
+            } else if let held = heldMessageBytes {
+                heldMessageBytes = nil
+                consumeMessageBytes(held, &out)
+            }
         case .tick: tick(now, &out)
         }
         rearm(now, &out)
@@ -249,7 +260,11 @@ public struct ConnectionMachine: Sendable {
             } catch {
                 return fail(error.reason, error.detail, now, &out)
             }
-            if let credit = receiveCredit.consumed(f.flowControlledBytes, on: 0) { out.append(.send(credit)) }
+            if let held = heldMessageBytes {
+                heldMessageBytes = held + f.flowControlledBytes
+            } else {
+                consumeMessageBytes(f.flowControlledBytes, &out)
+            }
         case (.connected, .unreliable(let d)):
             out.append(.emit(.datagram(d)))
         case (.connected, .credit(let id, let streamBytes, let connectionBytes)):
@@ -279,6 +294,12 @@ public struct ConnectionMachine: Sendable {
             fail(.flowControl, error.detail, now, &out)
             return false
         }
+    }
+
+    /// Returns message bytes to the peer's window (a CREDIT when half a window is due).
+    private mutating func consumeMessageBytes(_ bytes: Int, _ out: inout [ConnectionAction]) {
+        guard state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: 0) else { return }
+        out.append(.send(credit))
     }
 
     // MARK: sending

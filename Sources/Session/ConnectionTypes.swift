@@ -90,6 +90,11 @@ public enum ConnectionInput: Sendable, Hashable {
     /// The application consumed this many bytes of a resource or stream (its id): returns
     /// the peer's window to it (a CREDIT frame when half a window is due).
     case consumed(streamID: UInt32, bytes: Int)
+    /// The application cannot take more messages now (true) or can again (false). While
+    /// held, arriving MESSAGE bytes are counted but not returned to the peer, so its window
+    /// for messages runs out and it stops sending (back-pressure without pausing the
+    /// transport: PING and PONG still flow, so liveness holds); releasing returns them all.
+    case holdMessageCredit(Bool)
     /// Time has passed (the timer fired, or the caller just looks).
     case tick
 }

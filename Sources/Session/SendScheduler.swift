@@ -121,11 +121,16 @@ public struct SendScheduler: Sendable {
 
     /// Queues frames all together or not at all (a message's fragments). UNRELIABLE frames
     /// are queued one by one (`enqueue(_:)`).
+    ///
+    /// The byte bound applies to data that waits for credit (messages, bulk). Datagrams are
+    /// bounded by their lane's count instead: they must never wait for reliable data to
+    /// drain, so a full queue of messages still takes one (or drops it when its lane is full).
     public mutating func enqueue(_ frames: [Frame]) -> EnqueueResult {
-        let size = frames.reduce(0) { $0 + Self.size($1) }
-        let controls = frames.filter { SendLane.of($0) == .control }.count
+        let lanes = frames.map(SendLane.of)
+        let controls = lanes.filter { $0 == .control }.count
+        let dataSize = zip(frames, lanes).reduce(0) { $0 + ($1.1 == .reliable || $1.1 == .bulk ? Self.size($1.0) : 0) }
         if controls > 0 && control.count + controls > maxControlFrames { return .busy }
-        if controls < frames.count && !canAccept(byteCount: size) { return .busy }
+        if lanes.contains(where: { $0 == .reliable || $0 == .bulk }) && !canAccept(byteCount: dataSize) { return .busy }
         for frame in frames {
             switch SendLane.of(frame) {
             case .control: control.append(frame)

@@ -202,6 +202,11 @@ public final class Channel: Sendable {
         }
     }
 
+    /// Whether the outbox has room now (what `whenRoom` waits for): a caller that must not
+    /// let anything wait in the outbox (it keeps its own priorities, as a peer connection's
+    /// lanes do) hands over one item only while this holds, with an `outboxLimit` of 1.
+    public var hasRoom: Bool { state.withLock { !$0.closed && $0.queued < outboxLimit } }
+
     /// Calls `handler` once: true when the outbox has room (at once, on this thread, if it has
     /// now), false when the channel is closed.
     public func whenRoom(_ handler: @escaping @Sendable (Bool) -> Void) {
@@ -360,8 +365,7 @@ public final class Channel: Sendable {
             // reader thread sleeping in poll would have. A timer instead cost three thread
             // hops per burst (wakeup, timer, re-arm), and with reading left armed it spun
             // (armed again after each handler while the packets were still unread).
-            let (sec, atto) = gather.components
-            var ts = timespec(tv_sec: Int(sec), tv_nsec: Int(atto / 1_000_000_000))
+            var ts = gather.timespecValue
             _ = try? syscall("nanosleep") { nanosleep(&ts, nil) }
         }
         readLoop()

@@ -80,9 +80,7 @@ public enum UnixDatagram {
     /// if none arrived in time.
     public static func receive(_ fd: Int32, maxBytes: Int = 4096, timeout: Duration) throws -> [UInt8]? {
         var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let (seconds, attoseconds) = timeout.components
-        let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
-        let ready = try syscall("poll") { poll(&pfd, 1, milliseconds) }
+        let ready = try syscall("poll") { poll(&pfd, 1, timeout.clampedMilliseconds) }
         if ready == 0 { return nil }
         var buffer = [UInt8](repeating: 0, count: maxBytes)
         let n = try buffer.withUnsafeMutableBytes { buf in

@@ -13,6 +13,31 @@ public enum DescriptorPassing {
         return (fds[0], fds[1])
     }
 
+    /// A packet pair whose ends ask for send and receive buffers of `bufferBytes` each, for
+    /// packets larger than the default buffers allow (about 208 KiB). The kernel caps the
+    /// request at `net.core.wmem_max`/`rmem_max` (and doubles it for its bookkeeping);
+    /// `largestPacket` says what was granted.
+    public static func packetPair(bufferBytes: Int) throws -> (Int32, Int32) {
+        let (a, b) = try packetPair()
+        var size = Int32(clamping: bufferBytes)
+        for fd in [a, b] {
+            _ = setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, 4)
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4)
+        }
+        return (a, b)
+    }
+
+    /// The largest packet `fd` (a Unix packet socket) can send: its send buffer less the
+    /// 32 bytes Linux keeps back (`unix_dgram_sendmsg` refuses `len > sk_sndbuf - 32` with
+    /// `EMSGSIZE`). Above 4 MiB a send can also fail with `ENOBUFS` (the kernel cannot build
+    /// so large a packet), so the answer is capped there.
+    public static func largestPacket(_ fd: Int32) -> Int {
+        var size: Int32 = 0
+        var length = socklen_t(4)
+        guard getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &length) == 0 else { return 0 }
+        return min(Int(size) - 32, 4 * 1_048_576 - 32)
+    }
+
     // cmsghdr is { size_t len; int level; int type; } followed by data aligned to size_t.
     private static let headerSize = MemoryLayout<cmsghdr>.stride
     private static func align(_ n: Int) -> Int { (n + MemoryLayout<Int>.size - 1) & ~(MemoryLayout<Int>.size - 1) }

@@ -173,3 +173,169 @@ import Glibc
         #expect(reply["error"] != nil && message.contains(names), "\(method) \(params) -> \(reply)")
     }
 }
+
+/// Message streams (`peer.message-stream`) between two real daemons: packets both ways
+/// through the sockets passed with the replies, the end of a session seen as the end of the
+/// socket, a closed stream leaving its session alone.
+extension PeerCapabilityTests {
+    /// FNV-1a, 64 bits: a digest of each message to compare what went and what came back.
+    static func digest(_ bytes: [UInt8]) -> UInt64 {
+        bytes.reduce(0xcbf2_9ce4_8422_2325 as UInt64) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+    }
+
+    /// The next packet on a blocking packet socket; nil at its end; throws after `seconds`.
+    static func readPacket(_ fd: Int32, max: Int, seconds: Int32 = 30) throws -> [UInt8]? {
+        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: seconds * 1000) else { throw TestSupportError("no packet within \(seconds) s") }
+        var buffer = [UInt8](repeating: 0, count: max + 1)
+        let n = try buffer.withUnsafeMutableBytes { raw in try syscall("recv") { recv(fd, raw.baseAddress, raw.count, 0) } }
+        return n == 0 ? nil : Array(buffer[..<n])
+    }
+
+    /// Runs blocking `body` on a thread of its own and awaits it without holding a thread of
+    /// the cooperative pool (two on a small machine, shared by every suite running meanwhile:
+    /// a test blocking them for long starves the others' tasks).
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { k in Thread { k.resume(with: Result { try body() }) }.start() }
+    }
+
+    /// The stream's socket passed with `peer.message-stream`'s reply, and the reply.
+    static func openStream(_ c: RawClient, to peer: String) throws -> (fd: Int32, reply: JSONValue) {
+        let r = try c.call("peer.message-stream", ["peer": .string(peer)])
+        guard r["fd"] == true, let fd = c.descriptors.popLast() else { throw TestSupportError("no socket with the reply: \(r)") }
+        try setNonBlocking(fd, false)
+        return (fd, r)
+    }
+
+    @Test func messageStreamsRoundTripAndEndWithTheSession() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "echo", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "source", accept: "all")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bClient = try RawClient(b.socketPath)
+        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        // a's session may be reported a moment after b's connect returns.
+        _ = try aWatch.nextEvent("peer.connected")
+        let aClient = try RawClient(a.socketPath)
+        let (aFD, aReply) = try Self.openStream(aClient, to: bID)
+        let (bFD, bReply) = try Self.openStream(bClient, to: aID)
+        defer { closeQuietly(bFD) }
+        let limit = Int(try #require(bReply["max_message"]?.intValue))
+        #expect(aReply["max_message"]?.intValue == Int64(limit) && limit >= 200_000, "what the socket carries")
+        // A second stream with the same peer is refused.
+        #expect(try aClient.request("peer.message-stream", ["peer": .string(bID)])["error"]?["data"]?["kind"] == "stream-open")
+
+        // 1000 messages of mixed sizes (one of the largest the stream carries) b → a, echoed
+        // by a's client → b, in order.
+        let messages: [[UInt8]] = try await Self.offPool { (0..<1000).map { i in
+            var rng = SystemRandomNumberGenerator()
+            let size = i == 500 ? limit : i % 20 == 0 ? Int.random(in: 60_000...200_000, using: &rng) : Int.random(in: 1...3000, using: &rng)
+            var m = [UInt8](repeating: 0, count: size)
+            var x = UInt64.random(in: 1...UInt64.max, using: &rng)
+            for j in 0..<size {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17  // xorshift: cheap bytes that differ
+                m[j] = UInt8(truncatingIfNeeded: x)
+            }
+            return m
+        } }
+        async let echo = Self.offPool { () -> Int in
+            var n = 0
+            while n < messages.count, let m = try Self.readPacket(aFD, max: limit) {
+                try SocketIO.sendPacket(aFD, m)
+                n += 1
+            }
+            return n
+        }
+        async let back = Self.offPool { () -> [UInt64] in
+            var got: [UInt64] = []
+            while got.count < messages.count, let m = try Self.readPacket(bFD, max: limit) { got.append(Self.digest(m)) }
+            return got
+        }
+        try await Self.offPool { for m in messages { try SocketIO.sendPacket(bFD, m) } }
+        #expect(try await echo == messages.count)
+        #expect(try await back == messages.map(Self.digest), "every message once, in order, unchanged")
+        let sessions = try b.call("peer.sessions")["sessions"]?.arrayValue ?? []
+        #expect(sessions.first?["dropped_datagrams"] == 0 && sessions.first?["queued_bytes"] != nil)
+
+        // a's client closes its stream: the session goes on, a's messages become events again.
+        closeQuietly(aFD)
+        let ended = try aClient.nextEvent("peer.stream-ended")
+        #expect(ended["data"]?["reason"] == "closed" && ended["data"]?["sent"] == 1000 && ended["data"]?["received"] == 1000)
+        try SocketIO.sendPacket(bFD, Array("after the stream".utf8))
+        let m = try aWatch.nextEvent("peer.message")
+        #expect(m["data"]?["data_base64"]?.stringValue == Data("after the stream".utf8).base64EncodedString())
+
+        // The session ends: b's client reads the end of its stream, and is told why.
+        _ = try a.call("peer.disconnect", ["peer": .string(bID)])
+        #expect(try Self.readPacket(bFD, max: limit) == nil, "the end of the socket")
+        let bEnded = try bClient.nextEvent("peer.stream-ended")
+        #expect(bEnded["data"]?["reason"] == "session-ended" && bEnded["data"]?["received"] == 1000 && bEnded["data"]?["sent"] == 1001)
+    }
+}
+
+extension PeerCapabilityTests {
+    /// A stream's client that does not read: the daemon holds the session's credit, so the
+    /// sending daemon's queue fills and `peer.send` with `"wait": false` fails busy; once the
+    /// client reads, every message arrives, once and in order.
+    @Test func aStreamClientThatDoesNotReadMakesTheSenderBusyAndLosesNothing() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "slow-reader", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "sender", accept: "all")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bClient = try RawClient(b.socketPath)
+        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        _ = try aWatch.nextEvent("peer.connected")
+        let aClient = try RawClient(a.socketPath)
+        let (fd, reply) = try Self.openStream(aClient, to: bID)
+        defer { closeQuietly(fd) }
+        let limit = Int(try #require(reply["max_message"]?.intValue))
+
+        // 600 KB messages (a request line stays under 1 MiB in base64) until b is busy: a's
+        // socket, the held window and b's 8 MiB queue hold a bounded number of them.
+        let size = min(600_000, limit)
+        @Sendable func message(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) + withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }
+        let socket = b.socketPath
+        let (sent, busy) = try await Self.offPool { () -> (Int, JSONValue?) in
+            let c = try RawClient(socket)
+            var sent = 0
+            while sent < 200 {
+                let r = try c.request("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(sent)).base64EncodedString()),
+                                                    "wait": false])
+                if let e = r["error"] { return (sent, e) }
+                sent += 1
+            }
+            return (sent, nil)
+        }
+        #expect(busy?["code"]?.intValue == Int64(RPCErrorCode.busy) && busy?["data"]?["kind"] == "busy", "\(String(describing: busy))")
+        #expect(sent < 200 && sent * size >= 8 * 1_048_576, "\(sent) sent before busy: b's queue filled")
+        let queued = try b.call("peer.sessions")["sessions"]?.arrayValue?.first?["queued_bytes"]?.intValue ?? -1
+        #expect(queued > 0 && queued <= 8 * 1_048_576, "\(queued) bytes queued")
+
+        // The client reads: everything arrives; later sends wait for room instead of failing.
+        let total = sent + 5
+        async let reader = Self.offPool { () -> [[UInt8]] in
+            var got: [[UInt8]] = []
+            while got.count < total, let m = try Self.readPacket(fd, max: limit) { got.append(m) }
+            return got
+        }
+        try await Self.offPool {
+            let c = try RawClient(socket)
+            for i in sent..<total {
+                _ = try c.call("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(i)).base64EncodedString())])
+            }
+        }
+        let got = try await reader
+        #expect(got.count == total && got.map(Self.digest) == (0..<total).map { Self.digest(message($0)) }, "each once, in order")
+    }
+}

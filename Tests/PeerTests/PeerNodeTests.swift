@@ -19,13 +19,14 @@ import Testing
         let signal = AsyncSignal()
 
         init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
-             ping: Duration = .seconds(2)) throws {
+             ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
             config.maxPeers = maxPeers
             config.encryption = encryption
             config.pingInterval = ping
+            config.maxQueuedBytes = maxQueuedBytes
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
                                 logger: Logger(label: name, level: .error, handler: MemoryLogHandler())) { e in
@@ -135,6 +136,19 @@ import Testing
         _ = try await b.node.connect(to: a.address)
         await Self.expectRefused(.full) { _ = try await c.node.connect(to: try a.address) }
         for n in [a, b, c] { n.node.stop() }
+    }
+
+    /// A stopped node makes no more connections (its listener and sessions are gone).
+    @Test func connectAfterStopThrows() async throws {
+        let a = try Node("a"), b = try Node("b")
+        b.node.stop()
+        await #expect {
+            _ = try await b.node.connect(to: try a.address)
+        } throws: { e in
+            if case PeerError.stopped = e { true } else { false }
+        }
+        #expect(b.node.sessions.isEmpty)
+        a.node.stop()
     }
 
     @Test func plainTextWhenBothRefuseEncryption() async throws {

@@ -166,6 +166,20 @@ import Testing
         for _ in 0..<3 { _ = d.enqueue(Self.data(7, 1000)) }
         #expect(d.removeStream(7) == 3 && d.queuedBytes == 0)
     }
+
+    /// Datagrams are bounded by their lane's count, not by the bytes of messages waiting for
+    /// credit: a full queue still takes one, and it goes before the messages.
+    @Test func aFullQueueStillTakesADatagramAheadOfMessages() {
+        var s = SendScheduler(maxQueuedBytes: 100_000, maxUnreliableFrames: 2)
+        #expect(s.enqueue([Self.fragment(1, 65_532, fin: false), Self.fragment(1, 65_532)]) == .queued)
+        #expect(s.enqueue(Self.fragment(2, 1)) == .busy)
+        #expect(s.enqueue(.unreliable([7])) == .queued && s.enqueue(.unreliable([8])) == .queued)
+        #expect(s.enqueue(.unreliable([9])) == .dropped && s.droppedUnreliable == 1)
+        var credit = SendCredit()
+        #expect(s.next(credit: &credit) == .unreliable([7]))
+        #expect(s.next(credit: &credit) == .unreliable([8]))
+        #expect(s.next(credit: &credit) == Self.fragment(1, 65_532, fin: false))
+    }
 }
 
 /// The machine's flow control: what it receives is counted against the windows it granted,
@@ -239,6 +253,30 @@ import Testing
         _ = dialer.handle(.frame(.credit(streamID: 0, streamBytes: 65_536, connectionBytes: 65_536)), now: Self.t0)
         #expect(dialer.nextFrame(from: &scheduler)?.flowControlledBytes == 65_536)
         #expect(dialer.nextFrame(from: &scheduler) == nil)
+    }
+
+    /// Held message credit: the bytes are counted but not returned, so the sender's window
+    /// for messages runs out; releasing returns them in one CREDIT (mid-message too).
+    @Test func heldMessageCreditStopsTheSenderUntilReleased() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var listener = ConnectionRulesTests.connected(.listener)
+        var scheduler = SendScheduler()
+        #expect(dialer.send(message: [UInt8](repeating: 5, count: 1_048_576), into: &scheduler) == .queued)
+        #expect(listener.handle(.holdMessageCredit(true), now: Self.t0).isEmpty)
+        var received = 0
+        while let f = dialer.nextFrame(from: &scheduler) {
+            received += f.flowControlledBytes
+            let actions = listener.handle(.frame(f), now: Self.t0)
+            #expect(!actions.contains { if case .send = $0 { true } else { false } }, "no CREDIT while held")
+        }
+        #expect(received == FlowWindow.initialStream && listener.state == .connected)
+        // Holding twice changes nothing; releasing returns every byte at once.
+        _ = listener.handle(.holdMessageCredit(true), now: Self.t0)
+        let released = listener.handle(.holdMessageCredit(false), now: Self.t0)
+        #expect(released == [.send(.credit(streamID: 0, streamBytes: 262_144, connectionBytes: 262_144))])
+        for case .send(let c) in released { _ = dialer.handle(.frame(c), now: Self.t0) }
+        #expect(dialer.nextFrame(from: &scheduler) != nil, "the sender goes on")
+        #expect(listener.handle(.holdMessageCredit(false), now: Self.t0).isEmpty)
     }
 
     @Test func moreThanTheWindowClosesWithFlowControl() {

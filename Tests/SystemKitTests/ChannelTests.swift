@@ -50,9 +50,9 @@ import Glibc
     static let stream = Int32(SOCK_STREAM.rawValue)
     static let packet = Int32(SOCK_SEQPACKET.rawValue)
 
-    /// Reads one packet (or what a stream has) from a blocking `fd`, up to 5 s.
-    static func receive(_ fd: Int32) throws -> [UInt8]? {
-        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: 5000) else { return nil }
+    /// Reads one packet (or what a stream has) from a blocking `fd`, waiting up to `seconds`.
+    static func receive(_ fd: Int32, seconds: Int32 = 5) throws -> [UInt8]? {
+        guard try SocketIO.waitReadable(fd, timeoutMilliseconds: seconds * 1000) else { return nil }
         return try SocketIO.receive(fd)
     }
 
@@ -176,6 +176,7 @@ import Glibc
         #expect(c.counts.refused == 1)
         #expect(c.send([1]) == .full)
         #expect(c.counts.refused == 2)
+        #expect(!c.hasRoom, "what whenRoom waits for")
         let room = Signal()
         let gotRoom = Mutex<Bool?>(nil)
         c.whenRoom { ok in
@@ -191,7 +192,21 @@ import Glibc
         #expect(got == accepted, "every accepted packet, in order")
         #expect(await room.wait { gotRoom.withLock { $0 } != nil })
         #expect(gotRoom.withLock { $0 } == true)
+        #expect(c.hasRoom)
         #expect(c.counts.written == UInt64(accepted.count))
+    }
+
+    /// The one conversion of `Duration` for Dispatch, poll and nanosleep: rounding down to
+    /// the unit, negative as zero, huge values clamped instead of trapping.
+    @Test func durationConversions() {
+        #expect(Duration.milliseconds(1500).clampedNanoseconds == 1_500_000_000)
+        #expect(Duration.nanoseconds(1_999_999).clampedMilliseconds == 1)
+        #expect(Duration.seconds(-3).clampedNanoseconds == 0)
+        #expect(Duration.seconds(Int64.max).clampedNanoseconds == Int.max)
+        #expect(Duration.seconds(Int64.max).clampedMilliseconds == Int32.max)
+        let ts = Duration.milliseconds(2_250).timespecValue
+        #expect(ts.tv_sec == 2 && ts.tv_nsec == 250_000_000)
+        #expect(Duration.microseconds(7).dispatchInterval == .nanoseconds(7_000))
     }
 
     /// The waiting form: `write` waits while the outbox is full, and completes, in order,
@@ -204,9 +219,14 @@ import Glibc
         Seen().start(c)
         let chunk = [UInt8](repeating: 0x5A, count: 1024)
         let total = 4 * 1024 * 1024  // far more than the socket and the outbox hold
+        // The writer is a task: on a loaded machine (other suites hold the cooperative pool's
+        // threads) it may not run for seconds, so the reader's wait is a hang guard, not a
+        // pace. A reader that gives up shuts its end, so the writes fail instead of waiting
+        // forever for room.
         async let read = Self.onThread { () -> Int in
             var n = 0
-            while n < total, let b = try? Self.receive(theirs), !b.isEmpty { n += b.count }
+            while n < total, let b = try? Self.receive(theirs, seconds: 60), !b.isEmpty { n += b.count }
+            if n < total { _ = shutdown(theirs, Int32(SHUT_RDWR)) }
             return n
         }
         for _ in 0..<(total / chunk.count) {

@@ -1,0 +1,322 @@
+import Control
+import Foundation
+import Peer
+import Session
+import Synchronization
+import SystemKit
+
+/// A data stream of messages with one peer (`peer.message-stream`): a packet socket whose
+/// other end goes to the client with the reply. Each packet the client writes is one reliable
+/// message to the peer; each reliable message from the peer is one packet written to the
+/// client. No JSON or base64 per message.
+///
+/// Back-pressure both ways, nothing dropped:
+/// - client → peer: while the session's queue is full the stream stops reading the socket
+///   (a batch is sent, waiting for room, before the next is read), so the client's writes
+///   block;
+/// - peer → client: when the client does not read, the messages that still arrive wait here
+///   and the stream holds the session's message credit (`PeerNode.holdMessages`), so the
+///   peer's window runs out and its own sends queue, then wait or fail `busy`. The session
+///   stays alive meanwhile (only credit is held; the transport is still read).
+///
+/// A message is at most `maxMessage` bytes: the largest packet the socket carries (Linux
+/// caps packets at the socket's send buffer, itself capped by `net.core.wmem_max`), at most
+/// 16 MiB. A message from the peer larger than that ends the stream (`too-large`); it and
+/// every later message go to `peer.message` events, as without a stream.
+final class PeerMessageStream: Sendable {
+    /// Why a stream ended.
+    enum End: Sendable, Equatable {
+        /// The client closed its end of the socket.
+        case closed
+        /// The control connection that opened it closed, or the daemon stops.
+        case stopped
+        /// The session with the peer ended (its reason); the client reads what was received
+        /// before, then the end of the socket.
+        case sessionEnded(String)
+        /// A message did not fit in one packet of the socket: which way, its size, the limit.
+        case tooLarge(String)
+
+        var name: String {
+            switch self {
+            case .closed: "closed"
+            case .stopped: "stopped"
+            case .sessionEnded: "session-ended"
+            case .tooLarge: "too-large"
+            }
+        }
+
+        var message: String {
+            switch self {
+            case .closed: "the client closed the stream"
+            case .stopped: "the stream was stopped (its control connection closed, or the daemon stops)"
+            case .sessionEnded(let reason): "the session ended (\(reason))"
+            case .tooLarge(let why): why
+            }
+        }
+    }
+
+    /// Messages sent to the peer (packets read) and written to the client.
+    struct Counts: Sendable, Equatable {
+        var sent = 0
+        var received = 0
+    }
+
+    /// The buffers asked for each end: 2 MiB each, doubled by the kernel, carry a packet of
+    /// 4 MiB less 32 bytes where `wmem_max` allows (the default 208 KiB gives about 416 KiB).
+    static let requestedBuffer = 2 * 1_048_576
+
+    let id: String
+    let peer: PeerID
+    let maxMessage: Int
+    private let node: PeerNode
+    private let channel: Channel
+    private let handOn: @Sendable ([[UInt8]]) -> Void
+    private let onEnd: @Sendable (PeerMessageStream, End, Counts, _ unwritten: Int) -> Void
+    private let state = Mutex(State())
+
+    private struct State {
+        /// Messages from the peer the socket had no room for, in order.
+        var pending: [[UInt8]] = []
+        /// The session's message credit is held (`pending` is not empty).
+        var holding = false
+        var waitingForRoom = false
+        /// The session ended: the socket closes once `pending` is written.
+        var closeWhenWritten = false
+        var ended = false
+        var counts = Counts()
+    }
+
+    /// Starts the stream on `fd` (our end; the stream owns it). When it ends, `handOn` gets
+    /// the messages from the peer it had not written (to publish as events: it runs under the
+    /// stream's lock, so a message arriving meanwhile is published after them), then `onEnd`
+    /// runs once with how many there were.
+    init(id: String, fd: Int32, peer: PeerID, node: PeerNode, handOn: @escaping @Sendable ([[UInt8]]) -> Void,
+         onEnd: @escaping @Sendable (PeerMessageStream, End, Counts, Int) -> Void) {
+        self.id = id
+        self.peer = peer
+        self.node = node
+        self.handOn = handOn
+        self.onEnd = onEnd
+        maxMessage = min(Wire.maxMessage, DescriptorPassing.largestPacket(fd))
+        // One packet waits in the outbox at most: the rest wait in `pending`, where they
+        // count for holding credit. Reads are as large as a message plus one byte, so a
+        // packet too large for a message is seen whole-sized (MSG_TRUNC) and refused.
+        channel = Channel(fd: fd, mode: .packet, label: "peer-stream.\(id)", outboxLimit: 1,
+                          readLimit: maxMessage + 1, batchLimit: 16)
+        channel.start(onInput: { [weak self] batch in self?.send(batch) },
+                      onEnd: { [weak self] _ in self?.finish(.closed) })
+        // `stop()` closes the channel, which reports nothing: say so here.
+        channel.whenDescriptorClosed { [weak self] in self?.finish(.stopped) }
+    }
+
+    // MARK: Client → peer
+
+    /// One batch of packets, sent in order while reading waits (back-pressure).
+    private func send(_ batch: [[UInt8]]) {
+        channel.pauseReading()
+        Task {
+            for packet in batch {
+                guard packet.count <= maxMessage else {
+                    return finish(.tooLarge("the client wrote a packet of \(packet.count) bytes; a message on this stream is at most \(maxMessage)"))
+                }
+                do {
+                    _ = try await node.send(packet, to: [peer], reliable: true, wait: true)
+                } catch {
+                    return finish(.sessionEnded("\(error)"))
+                }
+                state.withLock { $0.counts.sent += 1 }
+            }
+            channel.resumeReading()
+        }
+    }
+
+    // MARK: Peer → client
+
+    /// A reliable message from the peer (on its connection's queue, in order): true when the
+    /// stream took it; false when it must go to events (the stream has ended, or ends now
+    /// because the message is too large for it).
+    func deliver(_ message: [UInt8]) -> Bool {
+        guard message.count <= maxMessage else {
+            finish(.tooLarge("a message of \(message.count) bytes arrived; this stream carries at most \(maxMessage) (it and later messages go to peer.message events)"))
+            return false
+        }
+        let (taken, wait) = state.withLock { s -> (Bool, Bool) in
+            if s.ended || s.closeWhenWritten { return (false, false) }
+            if s.pending.isEmpty {
+                switch channel.send(message) {
+                case .accepted:
+                    s.counts.received += 1
+                    return (true, false)
+                case .closed:
+                    return (false, false)
+                case .full:
+                    break
+                }
+            }
+            s.pending.append(message)
+            // Under the lock, so a hold and its release reach the session in order.
+            if !s.holding {
+                s.holding = true
+                node.holdMessages(from: peer, true)
+            }
+            defer { s.waitingForRoom = true }
+            return (true, !s.waitingForRoom)
+        }
+        if wait { waitForRoom() }
+        return taken
+    }
+
+    private func waitForRoom() {
+        // May run the handler at once, on this thread: not under the lock.
+        channel.whenRoom { [weak self] open in self?.writePending(open) }
+    }
+
+    private func writePending(_ open: Bool) {
+        let again = state.withLock { s -> Bool in
+            s.waitingForRoom = false
+            guard open, !s.ended || s.closeWhenWritten else { return false }
+            while let m = s.pending.first {
+                switch channel.send(m) {
+                case .accepted:
+                    s.pending.removeFirst()
+                    s.counts.received += 1
+                case .full:
+                    s.waitingForRoom = true
+                    return true
+                case .closed:
+                    return false
+                }
+            }
+            if s.holding {
+                s.holding = false
+                node.holdMessages(from: peer, false)
+            }
+            if s.closeWhenWritten { closeWhenFlushed() }
+            return false
+        }
+        if again { waitForRoom() }
+    }
+
+    private func closeWhenFlushed() {
+        let channel = self.channel
+        channel.whenFlushed { channel.close() }
+    }
+
+    // MARK: Ending
+
+    /// The session ended: the client reads what arrived before, then the end of the socket.
+    func sessionEnded(_ reason: String) { finish(.sessionEnded(reason)) }
+
+    /// Ends the stream (the client sees the end of its socket at once).
+    func stop() { channel.close() }
+
+    private func finish(_ end: End) {
+        let report = state.withLock { s -> (Counts, Int)? in
+            if s.ended { return nil }
+            s.ended = true
+            if s.holding {
+                // The session is unaffected by the stream: what was held is returned.
+                s.holding = false
+                node.holdMessages(from: peer, false)
+            }
+            if case .sessionEnded = end {
+                s.closeWhenWritten = true
+                if s.pending.isEmpty { closeWhenFlushed() }
+                return (s.counts, 0)
+            }
+            let unwritten = s.pending
+            s.pending = []
+            if !unwritten.isEmpty { handOn(unwritten) }
+            return (s.counts, unwritten.count)
+        }
+        guard let (counts, unwritten) = report else { return }
+        if case .sessionEnded = end {} else { channel.close() }
+        onEnd(self, end, counts, unwritten)
+    }
+}
+
+/// The open message streams, one per peer at most, and where a peer's messages go.
+final class PeerMessageStreams: Sendable {
+    private let streams = Mutex<[PeerID: PeerMessageStream]>([:])
+    /// Peers whose stream is being opened (a second open for them is refused meanwhile).
+    private let opening = Mutex<Set<PeerID>>([])
+    private let nextID = Mutex(1)
+
+    /// Opens a stream with `peer` for the client of `rc`; returns the result to answer with.
+    func open(peer: PeerID, node: PeerNode, _ rc: RequestContext, handOn: @escaping @Sendable ([[UInt8]]) -> Void,
+              onEnd: @escaping @Sendable (PeerMessageStream, PeerMessageStream.End, PeerMessageStream.Counts, Int) -> Void) throws(RPCError) -> PeerMessageStream {
+        guard node.sessions.contains(where: { $0.peer == peer }) else { throw PeerError.notConnected(peer.shortText).rpcError }
+        let taken = streams.withLock { $0[peer] != nil } || !opening.withLock { $0.insert(peer).inserted }
+        if taken {
+            throw RPCError(code: RPCErrorCode.busy, message: "a message stream with peer \(peer.shortText) is already open",
+                           data: ["kind": "stream-open", "peer": .string(peer.hex)])
+        }
+        defer { opening.withLock { _ = $0.remove(peer) } }
+        let ours: Int32, theirs: Int32
+        do {
+            (ours, theirs) = try DescriptorPassing.packetPair(bufferBytes: PeerMessageStream.requestedBuffer)
+        } catch {
+            throw .internalError("cannot make the stream's socket pair: \(error)")
+        }
+        let id = nextID.withLock { n -> String in defer { n += 1 }; return "peer-stream\(n)" }
+        let stream = PeerMessageStream(id: id, fd: ours, peer: peer, node: node, handOn: handOn) { [weak self] stream, end, counts, unwritten in
+            self?.streams.withLock { s in if s[peer] === stream { s[peer] = nil } }
+            onEnd(stream, end, counts, unwritten)
+        }
+        streams.withLock { $0[peer] = stream }
+        // The session may have ended between the check above and now: its end was not seen.
+        if !node.sessions.contains(where: { $0.peer == peer }) { stream.sessionEnded("the session ended while the stream opened") }
+        rc.onConnectionClose { stream.stop() }
+        rc.passWithReply(theirs)
+        return stream
+    }
+
+    /// A reliable message from `peer`: true when its stream took it (no event then).
+    func deliver(_ message: [UInt8], from peer: PeerID) -> Bool {
+        guard let stream = streams.withLock({ $0[peer] }) else { return false }
+        return stream.deliver(message)
+    }
+
+    /// `peer`'s session ended: so does its stream.
+    func sessionEnded(_ peer: PeerID, reason: String) {
+        streams.withLock { $0[peer] }?.sessionEnded(reason)
+    }
+}
+
+extension PeerCapability {
+    /// `peer.message-stream {peer}` → `{"stream", "peer", ..., "fd": true, "max_message"}` and
+    /// the socket with the reply; `peer.stream-ended` to the opening connection at the end.
+    func registerMessageStream(_ context: DaemonContext, node: PeerNode) {
+        context.register(ControlMethod.peerMessageStream) { [streams] p, rc throws(RPCError) in
+            try p.rejectUnknown(allowed: ["peer"])
+            let peer = try Self.peer(p, "peer")
+            let owner = rc.clientID
+            let stream = try streams.open(peer: peer, node: node, rc, handOn: { messages in
+                // Not written to the client: they become events, as without a stream.
+                for m in messages { context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: peer, m, reliable: true)) }
+            }, onEnd: { stream, end, counts, unwritten in
+                var o = Self.json(peer)
+                o["stream"] = .string(stream.id)
+                o["reason"] = .string(end.name)
+                o["message"] = .string(end.message)
+                o["sent"] = .int(Int64(counts.sent))
+                o["received"] = .int(Int64(counts.received))
+                o["unwritten"] = .int(Int64(unwritten))
+                _ = context.send(topic: ControlEvent.peerStreamEnded, data: .object(o), to: owner)
+            })
+            var o = Self.json(peer)
+            o["stream"] = .string(stream.id)
+            o["fd"] = true
+            o["max_message"] = .int(Int64(stream.maxMessage))
+            return .object(o)
+        }
+    }
+
+    /// A `peer.message` event's data.
+    static func messageEvent(from peer: PeerID, _ bytes: [UInt8], reliable: Bool) -> JSONValue {
+        var o = json(peer)
+        o["data_base64"] = .string(Data(bytes).base64EncodedString())
+        o["reliable"] = .bool(reliable)
+        return .object(o)
+    }
+}

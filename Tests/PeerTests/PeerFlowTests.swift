@@ -1,0 +1,216 @@
+// Linux Dispatch has no Sendable annotations; its queues are thread-safe.
+@preconcurrency import Dispatch
+import Foundation
+import Logging
+import Peer
+import Session
+import Synchronization
+import SystemKit
+import TLS
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Flow control between real nodes on loopback (peer-protocol.md section 7): a receiver that
+/// holds its credit bounds what the sender queues (sends then fail `busy` or wait) and loses
+/// nothing; datagrams overtake a large message; a hand-made peer that sends more than it was
+/// granted is closed with `flow-control`.
+@Suite struct PeerFlowTests {
+    typealias Node = PeerNodeTests.Node
+
+    static func messages(_ n: PeerNodeTests.Node, from peer: PeerID) -> [[UInt8]] {
+        n.events.withLock { es in es.compactMap { if case .message(let p, let m, true) = $0, p == peer { m } else { nil } } }
+    }
+
+    static func numbered(_ i: Int, size: Int) -> [UInt8] {
+        withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) + [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4)
+    }
+
+    /// The receiver stops taking messages: the sender's window runs out, its queue fills to
+    /// its bound and no further (`send(wait: false)` fails busy), and once the receiver takes
+    /// messages again every one arrives once, in order.
+    @Test func aReceiverThatStopsTakingBoundsTheSenderAndLosesNothing() async throws {
+        let bound = 1_048_576
+        let a = try Node("receiver"), b = try Node("sender", maxQueuedBytes: bound)
+        defer { a.node.stop(); b.node.stop() }
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        a.node.holdMessages(from: b.node.peerID, true)
+        let size = 60_000
+        var sent = 0
+        var busy: PeerError?
+        while busy == nil {
+            do {
+                _ = try await b.node.send(Self.numbered(sent, size: size), to: [a.node.peerID], reliable: true, wait: false)
+                sent += 1
+            } catch let e as PeerError {
+                busy = e
+            }
+            // Far more than the window and the bound: the loop must have ended long before.
+            if sent > 1000 { break }
+        }
+        guard case .busy(let p, let n)? = busy else { Issue.record("never busy: \(String(describing: busy))"); return }
+        #expect(p == a.node.peerID.shortText && n == 0)
+        let queued = try #require(b.node.sessions.first?.queuedBytes)
+        #expect(queued <= bound && queued > bound - 2 * size, "the queue is full, and no fuller than its bound")
+        // What went out is what the window allowed: 256 KiB of messages, not the queue.
+        let beforeRelease = sent
+        #expect(sent * (size + 16) >= bound && sent * size <= bound + FlowWindow.initialStream + size)
+        #expect(Self.messages(a, from: b.node.peerID).count * (size + 4) <= FlowWindow.initialStream)
+
+        // The receiver takes messages again; the rest are sent waiting for room.
+        a.node.holdMessages(from: b.node.peerID, false)
+        let total = beforeRelease + 40
+        for i in beforeRelease..<total {
+            _ = try await b.node.send(Self.numbered(i, size: size), to: [a.node.peerID], reliable: true, wait: true)
+        }
+        let all = await a.signal.wait(timeout: .seconds(30)) { Self.messages(a, from: b.node.peerID).count >= total }
+        #expect(all)
+        let got = Self.messages(a, from: b.node.peerID)
+        #expect(got.count == total && got == (0..<total).map { Self.numbered($0, size: size) }, "each once, in order")
+    }
+
+    /// A datagram sent after a 16 MiB message arrives before the message does: it waits
+    /// behind at most one frame, never behind the message's credit.
+    @Test func aDatagramIsNotStuckBehindALargeMessage() async throws {
+        let a = try Node("receiver"), b = try Node("sender")
+        defer { a.node.stop(); b.node.stop() }
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        // Held credit: the message cannot complete before the release below, whatever the
+        // scheduling, so the order seen is the lanes' doing.
+        a.node.holdMessages(from: b.node.peerID, true)
+        let big = (0..<Wire.maxMessage).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        _ = try await b.node.send(big, to: [a.node.peerID], reliable: true)
+        _ = try await b.node.send([0xDA, 0x7A], to: [a.node.peerID], reliable: false)
+        let datagram = await a.wait("datagram") { if case .message(_, [0xDA, 0x7A], false) = $0 { true } else { false } }
+        #expect(datagram != nil)
+        #expect(Self.messages(a, from: b.node.peerID).isEmpty)
+        a.node.holdMessages(from: b.node.peerID, false)
+        #expect(await a.wait("big", timeout: .seconds(60)) { if case .message(_, let m, true) = $0 { m == big } else { false } } != nil)
+        let order = a.events.withLock { es in es.compactMap { e -> Bool? in if case .message(_, _, let r) = e { r } else { nil } } }
+        #expect(order == [false, true])
+    }
+
+    /// A peer that sends more than it was granted is closed with `flow-control`: stream data
+    /// past a stream's 256 KiB window (nothing consumes it), and messages past the window
+    /// while the receiver holds its credit.
+    @Test(arguments: [false, true])
+    func aPeerSendingBeyondItsCreditIsClosed(messages: Bool) async throws {
+        let a = try Node("strict", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        if messages { a.node.holdMessages(from: me, true) }
+        // Five full frames: the fifth is past the 256 KiB window of its stream.
+        let frames: [Frame] = (0..<5).map { i in
+            messages ? .message(MessageFragment(messageID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload - 4), isFinal: i == 4))
+                     : .streamData(streamID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload))
+        }
+        try await RawPeer.offPool { for f in frames { try raw.send(f) } }
+        let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
+        guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
+        #expect(reason == .flowControl && text.contains("window had 0 left"), "\(text)")
+        let ended = await a.wait("disconnected") { if case .disconnected = $0 { true } else { false } }
+        guard case .disconnected(let d)? = ended else { Issue.record("not reported"); return }
+        #expect(d.reason == .flowControl && !d.byPeer && d.peer == me)
+    }
+}
+
+extension PeerFlowTests {
+    /// A CREDIT that would grow a window past 2^31 - 1 closes with `flow-control`.
+    @Test func aCreditPastTheMaximumWindowCloses() async throws {
+        let a = try Node("strict", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        _ = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        try await RawPeer.offPool { try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0)) }
+        let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
+        guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
+        #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
+    }
+
+    /// A peer that does not read its socket: once the transport's buffers are full the
+    /// datagram lane fills (32) and the newest are dropped and counted; sends never wait.
+    @Test func datagramsToAPeerThatDoesNotReadAreDroppedAndCounted() async throws {
+        let a = try Node("sender", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        // 400 datagrams of 64 KiB (26 MB): more than the kernel's buffers on both ends (the
+        // raw peer's is fixed small, the sender's is at most tcp_wmem's 4 MiB) plus the lane's 32.
+        let datagram = [UInt8](repeating: 0x5A, count: Wire.maxPayload)
+        for _ in 0..<400 { _ = try await a.node.send(datagram, to: [me], reliable: false) }
+        let s = try #require(a.node.sessions.first)
+        #expect(s.droppedDatagrams > 0 && s.droppedDatagrams < 400, "\(s.droppedDatagrams) dropped")
+        #expect(s.queuedBytes <= 32 * (Wire.maxPayload + Wire.headerSize) + 1024, "the lane's bound")
+    }
+}
+
+/// A peer written by hand on a blocking TCP socket: plain text, frames encoded and decoded
+/// with the Session module, nothing more (no flow control, no liveness).
+final class RawPeer: Sendable {
+    let fd: Int32
+    private let decoder = Mutex(FrameDecoder())
+
+    private init(fd: Int32) { self.fd = fd }
+
+    static func connect(port: UInt16) async throws -> RawPeer {
+        try await offPool {
+            guard let address = try TCPSocket.resolve(try HostPort("127.0.0.1:\(port)")).first else { throw TestSupportError("no address") }
+            let fd = try TCPSocket.startConnect(to: address)
+            var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = try syscall("poll") { poll(&pfd, 1, 10_000) }
+            try TCPSocket.connectResult(fd, to: address)
+            try setNonBlocking(fd, false)
+            // A small fixed receive buffer (no autotuning): a peer that does not read is
+            // full after little, whatever the machine's tcp_rmem.
+            var size: Int32 = 65_536
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4)
+            return RawPeer(fd: fd)
+        }
+    }
+
+    func close() { closeQuietly(fd) }
+
+    func send(_ frame: Frame) throws { try SocketIO.sendAll(fd, try FrameEncoder.encode(frame)) }
+
+    /// Reads frames until one matches (nil at the end of the stream); throws after 10 s.
+    func read(until match: (Frame) -> Bool) throws -> Frame? {
+        while true {
+            if let f = try decoder.withLock({ try $0.nextFrame() }) {
+                if match(f) { return f }
+                continue
+            }
+            guard try SocketIO.waitReadable(fd, timeoutMilliseconds: 10_000) else { throw TestSupportError("no frame within 10 s") }
+            let chunk = try SocketIO.receive(fd)
+            if chunk.isEmpty { return nil }
+            decoder.withLock { $0.append(chunk) }
+        }
+    }
+
+    /// HELLO (no encryption) and an invitation, answered; returns the ID this peer claimed.
+    func handshakeAsDialer() throws -> PeerID {
+        guard let me = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }) else { throw TestSupportError("no ID") }
+        try send(.hello(Hello(peerID: me, displayName: "raw", encryption: .none, role: .dialer)))
+        try send(.invite(Invite(invitationID: 1)))
+        let reply = try read { if case .inviteReply = $0 { true } else { false } }
+        guard case .inviteReply(let r)? = reply, r.declineReason == nil else { throw TestSupportError("not accepted: \(String(describing: reply))") }
+        return me
+    }
+
+    /// Runs blocking `body` off the cooperative pool (two threads on a small machine).
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { k in
+            DispatchQueue.global().async { k.resume(with: Result { try body() }) }
+        }
+    }
+}
