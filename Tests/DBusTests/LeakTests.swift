@@ -14,8 +14,9 @@ import TestSupport
 /// the test flaky: descriptors are counted exactly for the pipe whose ends this test sends
 /// (nothing else can refer to it), the process-wide descriptor count may only settle back to
 /// at most its baseline, and the memory bound sits well below what a per-iteration leak of
-/// the data involved would add (see each test).
-@Suite struct LeakTests {
+/// the data involved would add (see each test). Suites that allocate tens of megabytes
+/// (`.memoryHeavy`: big peer messages) do not run meanwhile (`.measuresMemory`).
+@Suite(.measuresMemory) struct LeakTests {
     /// Memory growth allowed over a measured run, after the warm-up.
     static let rssBound = 8 << 20
 

@@ -17,7 +17,7 @@ import Glibc
 /// holds its credit bounds what the sender queues (sends then fail `busy` or wait) and loses
 /// nothing; datagrams overtake a large message; a hand-made peer that sends more than it was
 /// granted is closed with `flow-control`.
-@Suite struct PeerFlowTests {
+@Suite(.memoryHeavy) struct PeerFlowTests {
     typealias Node = PeerNodeTests.Node
 
     static func messages(_ n: PeerNodeTests.Node, from peer: PeerID) -> [[UInt8]] {

@@ -11,7 +11,7 @@ import Testing
 /// Two and three nodes on loopback, each with its own identity: invitations accepted and
 /// declined, the same pairing code on both ends, messages both ways, simultaneous
 /// invitations forming one session, the table's limit, and a dead peer reported lost.
-@Suite struct PeerNodeTests {
+@Suite(.memoryHeavy) struct PeerNodeTests {
     /// A node and what it reported.
     final class Node: Sendable {
         let node: PeerNode

@@ -5,7 +5,7 @@ import Testing
 /// Two `TLSConnection`s pumped into each other in memory: the handshake, data both ways, the
 /// exporter, and every refusal (pins, a missing certificate, a mismatch), with the error each
 /// side reports.
-@Suite struct TLSConnectionTests {
+@Suite(.memoryHeavy) struct TLSConnectionTests {
     @Test func handshakeCompletesAndEachSideSeesTheOther() throws {
         let clientDirectory = try TemporaryDirectory("client")
         let serverDirectory = try TemporaryDirectory("server")

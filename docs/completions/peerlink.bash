@@ -11,7 +11,7 @@ _peerlink_subcommands() {
     'advertise') echo 'start stop list' ;;
     'agent') echo 'policy confirm' ;;
     'dnssd') echo 'publish unpublish update list browse resolve types' ;;
-    'peer') echo 'identity connect invitations accept decline sessions send disconnect trust forget trusted advertise browse invite watch' ;;
+    'peer') echo 'identity connect invitations accept decline sessions send stream disconnect trust forget trusted advertise browse invite watch' ;;
     esac
 }
 
@@ -64,7 +64,8 @@ _peerlink_options() {
     'peer accept') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer decline') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer sessions') echo '--socket --json --verbose --timeout --help -h' ;;
-    'peer send') echo '--to --unreliable --socket --json --verbose --timeout --help -h' ;;
+    'peer send') echo '--to --unreliable --no-wait --socket --json --verbose --timeout --help -h' ;;
+    'peer stream') echo '--hex --keep --from --socket --json --verbose --timeout --help -h' ;;
     'peer disconnect') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer trust') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer forget') echo '--socket --json --verbose --timeout --help -h' ;;
@@ -226,6 +227,9 @@ _peerlink_option_value() {
     'peer send|--to') echo 'text' ;;
     'peer send|--socket') echo 'file' ;;
     'peer send|--timeout') echo 'text' ;;
+    'peer stream|--from') echo 'text' ;;
+    'peer stream|--socket') echo 'file' ;;
+    'peer stream|--timeout') echo 'text' ;;
     'peer disconnect|--socket') echo 'file' ;;
     'peer disconnect|--timeout') echo 'text' ;;
     'peer trust|--socket') echo 'file' ;;
