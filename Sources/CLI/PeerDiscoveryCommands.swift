@@ -148,23 +148,10 @@ enum PeerDiscoveryCommands {
     }
 
     static func runWatch(_ context: CommandContext) throws(CLIError) -> Int32 {
-        let count = context.values.int("count")
-        let duration = context.values.double("watch-timeout")
-        let client = try context.connect()
-        defer { client.close() }
-        _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: ["topics": ["peer"]]), on: client)
-        context.onStreamingStarted()
-        let events = EventReader(client: client, seconds: duration)
-        var printed = 0
-        while count.map({ printed < $0 }) ?? true {
-            guard let params = try events.next() else {
-                guard let count else { return 0 }
-                throw .failure("timed out after \(PeerlinkCLI.formatSeconds(duration ?? 0)) s with \(printed) of \(count) events", exitCode: 1)
-            }
-            context.print(context.json ? params.description : line(params["topic"]?.stringValue ?? "?", params["data"] ?? .null))
-            printed += 1
+        try WatchCommand.printEvents(context, topics: ["peer"], count: context.values.int("count"),
+                                     seconds: context.values.double("watch-timeout")) { e in
+            line(e["topic"]?.stringValue ?? "?", e["data"] ?? .null)
         }
-        return 0
     }
 
     // MARK: Rendering

@@ -23,10 +23,15 @@ enum WatchCommand {
         action: .custom(run))
 
     static func run(_ context: CommandContext) throws(CLIError) -> Int32 {
-        let topics = context.values.strings("topic")
-        let count = context.values.int("count")
-        let duration = context.values.double("watch-timeout")
+        try printEvents(context, topics: context.values.strings("topic"), count: context.values.int("count"),
+                        seconds: context.values.double("watch-timeout"), line: line(for:))
+    }
 
+    /// Subscribes to `topics` (all when empty) and prints one line per event (`line`, or the
+    /// event as JSON with --json) until `count` events, `seconds` or the end; running out of
+    /// time before `count` is an error (exit 1). `watch` and `peer watch` share it.
+    static func printEvents(_ context: CommandContext, topics: [String], count: Int?, seconds duration: Double?,
+                            line: (JSONValue) -> String) throws(CLIError) -> Int32 {
         let client = try context.connect()
         defer { client.close() }
         var params: [String: JSONValue] = [:]
@@ -42,7 +47,7 @@ enum WatchCommand {
                 let s = PeerlinkCLI.formatSeconds(duration ?? 0)
                 throw .failure("timed out after \(s) s with \(printed) of \(count) events", exitCode: 1)
             }
-            context.print(context.json ? params.description : line(for: params))
+            context.print(context.json ? params.description : line(params))
             printed += 1
         }
         return 0
