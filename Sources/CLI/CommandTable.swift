@@ -63,6 +63,10 @@ public enum CommandTable {
         PeerCommands.trust,
         PeerCommands.forget,
         PeerCommands.trusted,
+        PeerDiscoveryCommands.advertise,
+        PeerDiscoveryCommands.browse,
+        PeerDiscoveryCommands.invite,
+        PeerDiscoveryCommands.watch,
     ]
 
     /// The options every command accepts (before or after the command name).

@@ -23,6 +23,16 @@ extension ControlMethod {
     public static let peerForget = "peer.forget"
     /// The trusted peers: `{}` → `{"peers": [..]}`.
     public static let peerTrusted = "peer.trusted"
+    /// Advertises sessions over DNS-SD: `{"type", "info"?: {key: value}}` → the publication.
+    public static let peerAdvertise = "peer.advertise"
+    /// Withdraws an advertisement: `{"type"}`.
+    public static let peerUnadvertise = "peer.unadvertise"
+    /// Browses for peers: `{"type"}` → `{"browse_id", "peers"}`; events `peer.found` and `peer.lost` to this connection.
+    public static let peerBrowse = "peer.browse"
+    /// Stops a browse: `{"browse_id"}`.
+    public static let peerBrowseStop = "peer.browse-stop"
+    /// Invites a peer found by a browse: `{"peer", "context_base64"? | "context"?, "timeout"?}` → Session.
+    public static let peerInvite = "peer.invite"
 }
 
 extension ControlEvent {
@@ -36,4 +46,14 @@ extension ControlEvent {
     public static let peerDisconnected = "peer.disconnected"
     /// Topic: a message from a peer (`data_base64`, `reliable`).
     public static let peerMessage = "peer.message"
+    /// Topic (to the browsing connection): a peer is found, or its addresses or info changed.
+    public static let peerFound = "peer.found"
+    /// Topic (to the browsing connection): a peer found earlier is gone from DNS-SD.
+    public static let peerLost = "peer.lost"
+    /// Topic (to the browsing connection): the browse failed.
+    public static let peerBrowseFailed = "peer.browse-failed"
+    /// Topic: a trusted peer's session was lost; it is redialled (`attempt`, `in_seconds`).
+    public static let peerReconnecting = "peer.reconnecting"
+    /// Topic: redialling a trusted peer stopped after `attempts`.
+    public static let peerReconnectGaveUp = "peer.reconnect-gave-up"
 }

@@ -22,6 +22,28 @@ final class DNSSDCapability: DaemonCapability {
         var publicationOwners: [String: UInt64] = [:]
         /// Browses: browse ID → the connection that receives their events.
         var browseOwners: [String: ClientConnection] = [:]
+        /// Browses another capability started (peer discovery): browse ID → its handler.
+        var browseHandlers: [String: @Sendable (DNSSDEvent) -> Void] = [:]
+    }
+
+    /// The Avahi client, for capabilities composed with DNS-SD (peer sessions advertise and
+    /// browse through it); nil before `register`.
+    var client: DNSSDClient? { state.withLock { $0.client } }
+
+    /// Starts a browse whose events go to `handler` (on the DNS-SD client's queue) rather than
+    /// to a connection; returns its ID for `stopBrowse`.
+    func browse(_ spec: BrowseSpec, handler: @escaping @Sendable (DNSSDEvent) -> Void) async throws(DNSSDError) -> String {
+        guard let client else { throw .unavailable("DNS-SD is not set up") }
+        // The handler is in place before the browser exists: Avahi may answer from its cache at once.
+        return try await client.browse(spec) { [weak self] id in
+            self?.state.withLock { $0.browseHandlers[id] = handler }
+        }
+    }
+
+    /// Stops a browse started by `browse(_:handler:)`.
+    func stopBrowse(_ id: String) async {
+        _ = state.withLock { $0.browseHandlers.removeValue(forKey: id) }
+        try? await client?.stopBrowse(id)
     }
 
     init() {}
@@ -168,6 +190,9 @@ final class DNSSDCapability: DaemonCapability {
     // MARK: Events
 
     private func deliver(_ event: DNSSDEvent) {
+        if let id = Self.browseID(of: event), let handler = state.withLock({ $0.browseHandlers[id] }) {
+            return handler(event)
+        }
         let context = state.withLock { $0.context }
         func publish(_ topic: String, _ data: JSONValue) { context?.publish(topic: topic, data: data) }
         func toOwner(_ id: String, _ topic: String, _ data: [String: JSONValue]) {
@@ -206,6 +231,16 @@ final class DNSSDCapability: DaemonCapability {
             toOwner(id, ControlEvent.dnssdBrowseInterrupted, ["reason": "avahi-daemon went away"])
         case .browseResumed(let id):
             toOwner(id, ControlEvent.dnssdBrowseResumed, [:])
+        }
+    }
+
+    /// The browse an event belongs to, if it is a browse's.
+    private static func browseID(of event: DNSSDEvent) -> String? {
+        switch event {
+        case .found(let id, _), .removed(let id, _), .resolved(let id, _), .resolveFailed(let id, _, _), .allForNow(let id),
+             .browseFailed(let id, _), .browseInterrupted(let id), .browseResumed(let id):
+            id
+        default: nil
         }
     }
 

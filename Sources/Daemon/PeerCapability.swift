@@ -1,4 +1,5 @@
 import Control
+import DNSSD
 import Foundation
 import Logging
 import Peer
@@ -18,8 +19,12 @@ import TLS
 final class PeerCapability: DaemonCapability {
     let name = "peer"
     private let state = Mutex<(node: PeerNode?, trust: TrustStore?, context: DaemonContext?)>((nil, nil, nil))
+    /// Where advertising and browsing go (the daemon's one Avahi client).
+    private let dnssd: DNSSDCapability
 
-    init() {}
+    init(dnssd: DNSSDCapability) {
+        self.dnssd = dnssd
+    }
 
     func register(_ context: DaemonContext) throws {
         let (config, listens) = try Self.settings(context.settings)
@@ -43,6 +48,9 @@ final class PeerCapability: DaemonCapability {
             }
         }
         state.withLock { $0 = (node, trust, context) }
+        let discovery = PeerDiscovery(dnssd: dnssd, node: node, logger: logger)
+        node.setAddressSource { [weak discovery] peer in discovery?.addresses(for: peer) ?? [] }
+        registerDiscovery(context, node, discovery)
 
         context.register(ControlMethod.peerIdentity) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: [])
@@ -52,6 +60,7 @@ final class PeerCapability: DaemonCapability {
             o["encryption"] = .string(Self.name(config.encryption))
             o["accept"] = .string(config.accept.rawValue)
             o["max_peers"] = .int(Int64(config.maxPeers))
+            o["advertising"] = .array(discovery.advertisedTypes.map { .string($0) })
             return .object(o)
         }
         context.register(ControlMethod.peerConnect) { p, _ throws(RPCError) in
@@ -109,7 +118,7 @@ final class PeerCapability: DaemonCapability {
             try p.rejectUnknown(allowed: ["peer", "name"])
             let peer = try Self.peer(p, "peer")
             let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
-            let added = trust.trust(peer, name: name)
+            let added = node.setTrusted(peer, name: name, true)
             if let e = trust.saveError { throw .internalError(e) }
             var o = Self.json(peer)
             o["added"] = .bool(added)
@@ -118,7 +127,7 @@ final class PeerCapability: DaemonCapability {
         context.register(ControlMethod.peerForget) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
-            let removed = trust.forget(peer)
+            let removed = node.setTrusted(peer, name: "", false)
             if let e = trust.saveError { throw .internalError(e) }
             var o = Self.json(peer)
             o["removed"] = .bool(removed)
@@ -133,6 +142,73 @@ final class PeerCapability: DaemonCapability {
                 return .object(o)
             })]
         }
+    }
+
+    /// `peer.advertise`, `peer.unadvertise`, `peer.browse`, `peer.browse-stop`, `peer.invite`.
+    private func registerDiscovery(_ context: DaemonContext, _ node: PeerNode, _ discovery: PeerDiscovery) {
+        context.register(ControlMethod.peerAdvertise) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["type", "info"])
+            let type = try PeerDiscovery.serviceType(try p.string("type"))
+            var info: [String: String] = [:]
+            switch p["info"] {
+            case nil, .null?: break
+            case .object(let o)?:
+                for (k, v) in o {
+                    guard let s = v.stringValue else { throw .invalidParams("info", "the value of \"\(k)\" must be a string") }
+                    info[k] = s
+                }
+            case let v?: throw .invalidParams("info", "expected an object of strings, got \(v.typeName)")
+            }
+            return try await discovery.advertise(type: type, info: info)
+        }
+        context.register(ControlMethod.peerUnadvertise) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["type"])
+            let type = try PeerDiscovery.serviceType(try p.string("type"))
+            try await discovery.unadvertise(type: type)
+            return ["type": .string(type), "advertising": false]
+        }
+        context.register(ControlMethod.peerBrowse) { p, ctx throws(RPCError) in
+            try p.rejectUnknown(allowed: ["type"])
+            let type = try PeerDiscovery.serviceType(try p.string("type"))
+            let id = try await discovery.browse(type: type, ctx)
+            return ["browse_id": .string(id), "type": .string(type), "peers": .array(discovery.peers(in: id))]
+        }
+        context.register(ControlMethod.peerBrowseStop) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["browse_id"])
+            let id = try p.string("browse_id")
+            guard await discovery.stopBrowse(id) else {
+                throw RPCError(code: RPCErrorCode.notFound, message: "no peer browse \(id)", data: ["kind": "not-found", "what": "browse"])
+            }
+            return ["browse_id": .string(id), "stopped": true]
+        }
+        context.register(ControlMethod.peerInvite) { p, _ throws(RPCError) in try await Self.invite(p, node, discovery) }
+    }
+
+    /// `peer.invite`: dials the addresses a browse found for the peer, in turn, until one answers.
+    private static func invite(_ p: RPCParams, _ node: PeerNode, _ discovery: PeerDiscovery) async throws(RPCError) -> JSONValue {
+        try p.rejectUnknown(allowed: ["peer", "context_base64", "context", "timeout"])
+        let peer = try Self.peer(p, "peer")
+        let invitation = try Self.bytes(p, base64: "context_base64", text: "context") ?? []
+        let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
+        let targets = discovery.addresses(for: peer)
+        guard !targets.isEmpty else {
+            throw RPCError(code: RPCErrorCode.notFound, message: "peer \(peer.shortText) has not been found by a browse (peer.browse first, or peer.connect HOST:PORT)",
+                           data: ["kind": "not-found", "what": "peer", "id": .string(peer.hex)])
+        }
+        var last: RPCError?
+        for target in targets {
+            do {
+                let s = try await rpc {
+                    try await node.connect(to: target, context: invitation, timeout: .milliseconds(Int64(timeout * 1000)), expected: peer)
+                }
+                return Self.json(s)
+            } catch {
+                // Unreachable at this address: the next one. Refused (declined, timed out): the answer.
+                guard error.data?["kind"] == "unreachable" else { throw error }
+                last = error
+            }
+        }
+        throw last ?? .internalError("no address")
     }
 
     func attach(_ session: BusSession) async {}
@@ -154,6 +230,15 @@ final class PeerCapability: DaemonCapability {
             o["data_base64"] = .string(Data(bytes).base64EncodedString())
             o["reliable"] = .bool(reliable)
             context.publish(topic: ControlEvent.peerMessage, data: .object(o))
+        case .reconnecting(let peer, let attempt, let after):
+            var o = Self.json(peer)
+            o["attempt"] = .int(Int64(attempt))
+            o["in_seconds"] = .double(Double(after.components.seconds) + Double(after.components.attoseconds) / 1e18)
+            context.publish(topic: ControlEvent.peerReconnecting, data: .object(o))
+        case .reconnectGaveUp(let peer, let attempts):
+            var o = Self.json(peer)
+            o["attempts"] = .int(Int64(attempts))
+            context.publish(topic: ControlEvent.peerReconnectGaveUp, data: .object(o))
         }
     }
 }

@@ -61,7 +61,9 @@ public final class PeerlinkDaemon: Sendable {
 
     /// Every capability the daemon has. A new capability is added here (one line) and lives in its own files.
     static func makeCapabilities() -> [any DaemonCapability] {
-        [GattCapability(), AdvertiseCapability(), AgentCapability(), CentralCapability(), DNSSDCapability(), PeerCapability()]
+        // Peer sessions advertise and browse through the DNS-SD capability's Avahi client.
+        let dnssd = DNSSDCapability()
+        return [GattCapability(), AdvertiseCapability(), AgentCapability(), CentralCapability(), dnssd, PeerCapability(dnssd: dnssd)]
     }
 
     /// Clients connected to the control socket now.

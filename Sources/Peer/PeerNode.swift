@@ -48,6 +48,12 @@ public final class PeerNode: Sendable {
         var invitations: [UInt64: PeerInvitation] = [:]
         /// Connections whose peer is verified: connection → peer.
         var verified: [UInt64: PeerID] = [:]
+        /// Connections this side dialled: connection → the address typed or discovered.
+        var dialTargets: [UInt64: HostPort] = [:]
+        /// Where each peer was last reached by a dial of ours (a redial goes there first).
+        var lastReached: [PeerID: HostPort] = [:]
+        /// Addresses of peers known from elsewhere (the daemon's discovery).
+        var addressSource: (@Sendable (PeerID) -> [HostPort])?
         var stopped = false
     }
 
@@ -63,7 +69,24 @@ public final class PeerNode: Sendable {
         self.trust = trust
         self.logger = logger
         self.onEvent = onEvent
-        state = Mutex(State(table: SessionTable(localID: id, maxPeers: config.maxPeers)))
+        var table = SessionTable(localID: id, maxPeers: config.maxPeers)
+        for entry in trust.all { table.trust(entry.peer) }
+        state = Mutex(State(table: table))
+    }
+
+    /// Where to find a peer besides the addresses this node dialled itself (the daemon's
+    /// DNS-SD browse results): asked when a trusted peer is redialled.
+    public func setAddressSource(_ source: @escaping @Sendable (PeerID) -> [HostPort]) {
+        state.withLock { $0.addressSource = source }
+    }
+
+    /// Trusts `peer` (or stops trusting it): persisted in the trust store, and a trusted peer
+    /// whose session is lost is redialled with backoff.
+    @discardableResult
+    public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) -> Bool {
+        let changed = trusted ? trust.trust(peer, name: name) : trust.forget(peer)
+        state.withLock { trusted ? $0.table.trust(peer) : $0.table.distrust(peer) }
+        return changed
     }
 
     /// Listens for peers (on `config.port`, 0: any); returns the port.
@@ -151,6 +174,7 @@ public final class PeerNode: Sendable {
             }
             let c = makeConnection(fd: fd, role: .dialer, remote: address, expected: expected)
             let refusal = state.withLock { s -> Reason? in
+                s.dialTargets[c.id] = target
                 guard let expected else {
                     s.table.dialingUnknown(c.id)
                     return nil
@@ -303,19 +327,21 @@ public final class PeerNode: Sendable {
                 }
             case .peerConnected(let peer, let id):
                 guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
-                if config.trustOnConnect { trust.trust(peer, name: summary.displayName) }
+                if config.trustOnConnect { setTrusted(peer, name: summary.displayName, true) }
                 let waiters = state.withLock { s -> [Waiter] in
                     s.invitations[id] = nil
+                    if let target = s.dialTargets[id] { s.lastReached[peer] = target }
                     return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
                 }
                 onEvent(.connected(summary))
                 for k in waiters { k.resume(returning: summary) }
             case .peerDisconnected:
                 break  // reported with the connection's own end (`disconnected`)
-            case .reconnect(let peer, _, let attempt):
-                logger.info("a trusted peer would be redialled", ["peer.id": peer.shortText, "attempt": "\(attempt)"])
+            case .reconnect(let peer, let at, let attempt):
+                scheduleRedial(peer, at: at, attempt: attempt)
             case .gaveUp(let peer, let attempts):
                 logger.notice("gave up redialling a trusted peer", ["peer.id": peer.shortText, "attempts": "\(attempts)"])
+                onEvent(.reconnectGaveUp(peer, attempts: attempts))
             }
         }
     }
@@ -345,6 +371,7 @@ public final class PeerNode: Sendable {
         let hello = c.snapshot.hello
         let (actions, waiters, invitation, superseded) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool) in
             s.connections[c.id] = nil
+            s.dialTargets[c.id] = nil
             let peer = s.verified.removeValue(forKey: c.id)
             let actions = s.table.closed(c.id, reason: reason, now: .now, random: Double.random(in: 0...1))
             var waiters = s.dialWaiters.removeValue(forKey: c.id).map { [$0] } ?? []
@@ -387,6 +414,48 @@ public final class PeerNode: Sendable {
         }
     }
 
+    // MARK: Redialling trusted peers
+
+    /// Redials `peer` at `at` (the table's backoff): its last address first, then what
+    /// discovery knows. An attempt that reaches no one reports back so the next is scheduled.
+    private func scheduleRedial(_ peer: PeerID, at: ContinuousClock.Instant, attempt: Int) {
+        let delay = ContinuousClock.now.duration(to: at)
+        logger.info("redialling a trusted peer", ["peer.id": peer.shortText, "attempt": "\(attempt)", "in": "\(delay)"])
+        onEvent(.reconnecting(peer, attempt: attempt, after: max(delay, .zero)))
+        queue.asyncAfter(deadline: .now() + Self.dispatchInterval(delay)) { [weak self] in
+            guard let self else { return }
+            let targets = self.state.withLock { s -> [HostPort]? in
+                guard !s.stopped, s.table.shouldRedial(peer) else { return nil }
+                var list = s.lastReached[peer].map { [$0] } ?? []
+                for a in s.addressSource?(peer) ?? [] where !list.contains(a) { list.append(a) }
+                return list
+            }
+            guard let targets else { return }
+            Task { await self.redial(peer, targets) }
+        }
+    }
+
+    private func redial(_ peer: PeerID, _ targets: [HostPort]) async {
+        for target in targets {
+            do {
+                _ = try await connect(to: target, expected: peer)
+                return
+            } catch PeerError.unreachable(_, let why) {
+                logger.info("a trusted peer is not reachable there", ["peer.id": peer.shortText, "address": target.description, "why": why])
+            } catch {
+                // A connection existed and ended: its close scheduled the next attempt.
+                return
+            }
+        }
+        apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
+    }
+
+    /// `d` as Dispatch's interval (nanoseconds; negative: now).
+    static func dispatchInterval(_ d: Duration) -> DispatchTimeInterval {
+        let nanos = d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
+        return .nanoseconds(Int(max(nanos, 0)))
+    }
+
     /// How long a `connect` whose connection lost the tie-break waits for the other one.
     static let movedWaiterLimit: Duration = .seconds(40)
 
@@ -423,8 +492,7 @@ public final class PeerNode: Sendable {
                     finish(Result { try TCPSocket.connectResult(fd, to: address) })
                 })
                 watch.want(write: true)
-                let nanos = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
-                queue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanos))) {
+                queue.asyncAfter(deadline: .now() + Self.dispatchInterval(limit)) {
                     finish(.failure(SystemError(call: "connect", code: ETIMEDOUT, context: address.description)))
                 }
             }

@@ -104,6 +104,11 @@ public enum PeerEvent: Sendable {
     case disconnected(PeerDisconnect)
     /// A message from a peer.
     case message(from: PeerID, bytes: [UInt8], reliable: Bool)
+    /// A trusted peer's session was lost: it is redialled after `after` (attempt from 1).
+    case reconnecting(PeerID, attempt: Int, after: Duration)
+    /// Redialling a trusted peer stopped after `attempts` failed (it comes back when it
+    /// dials, or is dialled).
+    case reconnectGaveUp(PeerID, attempts: Int)
 }
 
 /// Why a node command failed.

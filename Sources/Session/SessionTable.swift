@@ -67,6 +67,10 @@ public struct SessionTable: Sendable {
     private var wanted: Set<PeerID> = []
     /// Trusted peers, redialled after a drop, with the failed attempts so far.
     private var trusted: [PeerID: Int] = [:]
+    /// Trusted peers whose session was lost (not ended by a choice) and not yet back: their
+    /// invitations are accepted without asking, on both sides, so a session comes back by
+    /// itself.
+    private var resumable: Set<PeerID> = []
 
     /// A table; `maxPeers` is kept within 1...64.
     public init(localID: PeerID, maxPeers: Int = 8, backoff: ReconnectBackoff = .standard) {
@@ -149,6 +153,9 @@ public struct SessionTable: Sendable {
             if reported[peer] == loser {
                 reported[peer] = nil
                 out.append(.peerDisconnected(peer, reason))
+                // The peer dialled again over a session this side still thought up (it saw
+                // the link drop first): the same session coming back.
+                if trusted[peer] != nil { resumable.insert(peer) }
             }
         }
         return out
@@ -172,7 +179,7 @@ public struct SessionTable: Sendable {
         if reported[peer] != nil { return .decline(.duplicate) }
         if isFull(for: peer) { return .decline(.full) }
         entries[id]?.admitted = true
-        return wanted.contains(peer) ? .accept : .ask
+        return wanted.contains(peer) || resumable.contains(peer) ? .accept : .ask
     }
 
     /// The connection's machine reported `connected`.
@@ -181,6 +188,7 @@ public struct SessionTable: Sendable {
         entry.connected = true
         entries[id] = entry
         wanted.remove(peer)
+        resumable.remove(peer)
         if trusted[peer] != nil { trusted[peer] = 0 }
         guard reported[peer] == nil else { return [] }
         reported[peer] = id
@@ -203,16 +211,36 @@ public struct SessionTable: Sendable {
         guard let peer, reason != .duplicate, reason != .replaced, let failures = trusted[peer] else { return out }
         guard reported[peer] == nil, !entries.values.contains(where: { $0.peer == peer && !$0.superseded }) else { return out }
         // A session that ends by a user's choice (or the daemon stopping) is not redialled.
-        if [Reason.normal, .declined, .shuttingDown, .cancelled].contains(reason) { return out }
+        if [Reason.normal, .declined, .shuttingDown, .cancelled].contains(reason) {
+            resumable.remove(peer)
+            return out
+        }
+        return out + scheduleRedial(peer, failures: failures, now: now, random: random)
+    }
+
+    /// Whether a redial of `peer` due now should go ahead: it is still trusted and has no
+    /// session or connection (the peer may have dialled this side meanwhile).
+    public func shouldRedial(_ peer: PeerID) -> Bool {
+        trusted[peer] != nil && reported[peer] == nil && !entries.values.contains { $0.peer == peer && !$0.superseded }
+    }
+
+    /// A redial of `peer` failed before any connection existed (no address known, the TCP
+    /// connect refused or timed out): the next attempt, or giving up.
+    public mutating func redialFailed(_ peer: PeerID, now: ContinuousClock.Instant, random: Double) -> [Action] {
+        guard let failures = trusted[peer], shouldRedial(peer) else { return [] }
+        return scheduleRedial(peer, failures: failures, now: now, random: random)
+    }
+
+    private mutating func scheduleRedial(_ peer: PeerID, failures: Int, now: ContinuousClock.Instant, random: Double) -> [Action] {
         let attempt = failures + 1
         trusted[peer] = attempt
+        resumable.insert(peer)
         if let delay = backoff.delay(before: attempt, random: random) {
-            out.append(.reconnect(peer, at: now + delay, attempt: attempt))
-        } else {
-            trusted[peer] = 0
-            out.append(.gaveUp(peer, attempts: failures))
+            return [.reconnect(peer, at: now + delay, attempt: attempt)]
         }
-        return out
+        trusted[peer] = 0
+        resumable.remove(peer)
+        return [.gaveUp(peer, attempts: failures)]
     }
 
     /// This side wants a session with `peer` whose own connection will carry it (the peer
@@ -226,7 +254,10 @@ public struct SessionTable: Sendable {
     public mutating func trust(_ peer: PeerID) { if trusted[peer] == nil { trusted[peer] = 0 } }
 
     /// Stop redialling `peer`.
-    public mutating func distrust(_ peer: PeerID) { trusted[peer] = nil }
+    public mutating func distrust(_ peer: PeerID) {
+        trusted[peer] = nil
+        resumable.remove(peer)
+    }
 
     /// Whether `peer` is redialled after drops.
     public func isTrusted(_ peer: PeerID) -> Bool { trusted[peer] != nil }

@@ -11,8 +11,12 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
     /// `sockaddr_in` or `sockaddr_in6` bytes.
     let raw: [UInt8]
 
-    /// `192.0.2.1:7000` or `[::1]:7000`.
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    /// `192.0.2.1:7000` or `[::1]:7000`; an IPv4-mapped address as IPv4 (what a person
+    /// expects to read for a peer that came over IPv4 to a dual-stack listener).
+    public var description: String {
+        let h = unmappedHost
+        return h.contains(":") ? "[\(h)]:\(port)" : "\(h):\(port)"
+    }
 
     /// Whether this is an IPv6 address.
     public var isIPv6: Bool { raw.count == MemoryLayout<sockaddr_in6>.size }

@@ -152,6 +152,17 @@ import Glibc
         ("peer.send", ["to": "all"], "data_base64"),
         ("peer.accept", ["invitation": 99], "invitation"),
         ("peer.disconnect", ["peer": .string(String(repeating: "ab", count: 32))], "peer"),
+        ("peer.advertise", ["type": "Cmj-Stream"], "no capitals"),
+        ("peer.advertise", ["type": "cmj--stream"], "two hyphens"),
+        ("peer.advertise", ["type": "a-service-type-too-long"], "at most 15"),
+        ("peer.advertise", ["type": "cmj-stream", "info": ["pid": "forged"]], "reserved"),
+        ("peer.advertise", ["type": "cmj-stream", "info": ["k": .int(1)]], "must be a string"),
+        ("peer.advertise", ["type": "cmj-stream", "info": ["k": .string(String(repeating: "v", count: 300))]], "at most 255"),
+        ("peer.browse", ["type": "-cmj"], "start with a hyphen"),
+        ("peer.browse-stop", ["browse_id": "b99"], "no peer browse b99"),
+        ("peer.unadvertise", ["type": "cmj-stream"], "not advertised"),
+        ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32))], "has not been found by a browse"),
+        ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32)), "timeout": 0], "timeout"),
     ] as [(String, [String: JSONValue], String)])
     func badParametersAreNamed(method: String, params: [String: JSONValue], names: String) async throws {
         let bus = try PrivateBus()

@@ -8,8 +8,11 @@ show() { printf '$ peerlink %s\n' "$*"; }
 
 require_peerlink
 heading "Two PeerLink daemons: 'a' on hci0, 'b' on hci1"
-start_peerlinkd a hci0
-start_peerlinkd b hci1
+# Peer-session names of the reference flow (MultipeerConnectivity's tutorial).
+printf 'peer.name = KenshinCui_Advertiser\npeer.accept = ask\n' >"$LAB_OUT/demo-a.conf"
+printf 'peer.name = KenshinCui\npeer.accept = ask\n' >"$LAB_OUT/demo-b.conf"
+PL_CONFIG=$LAB_OUT/demo-a.conf start_peerlinkd a hci0
+PL_CONFIG=$LAB_OUT/demo-b.conf start_peerlinkd b hci1
 
 for name in a b; do
     heading "daemon $name: status"
@@ -91,4 +94,40 @@ done
 wait "$sub_pid" || fail "daemon b did not receive the notifications"
 show devices
 pl b devices
+
+heading "peer sessions (MultipeerConnectivity's reference flow): a advertises cmj-stream"
+pl_watch a peer watch >"$(log_of demo-a-peer)" 2>&1 &
+pl_watch b peer watch >"$(log_of demo-b-peer)" 2>&1 &
+show peer identity
+pl a peer identity || fail "peer identity failed"
+show peer advertise cmj-stream --info room=lab
+pl a peer advertise cmj-stream --info room=lab || fail "peer advertise failed"
+heading "daemon b (KenshinCui) browses for cmj-stream"
+show peer browse cmj-stream --timeout 3
+pl b peer browse cmj-stream --timeout 3 || fail "peer browse failed"
+heading "b invites KenshinCui_Advertiser with a context; a's client answers"
+show peer invite KenshinCui_Advertiser --type cmj-stream --context "Let's stream"
+pl b peer invite KenshinCui_Advertiser --type cmj-stream --context "Let's stream" >"$(log_of demo-invite)" 2>&1 &
+invite_pid=$!
+wait_for 30 sh -c "'$PEERLINK_BIN/peerlink' --socket '$(pl_socket a)' peer invitations | grep -q ' from '" \
+    || fail "daemon a got no invitation: $(cat "$(log_of demo-invite)")"
+echo "(on a)"; show peer invitations
+pl a peer invitations
+INV=$(pl a peer invitations | awk '/ from /{ print $1; exit }')
+show peer accept "$INV"
+pl a peer accept "$INV" || fail "peer accept failed"
+wait "$invite_pid" || fail "the invitation failed: $(cat "$(log_of demo-invite)")"
+echo "(on b)"; cat "$(log_of demo-invite)"
+echo "(both ends show the same pairing code)"
+show peer sessions
+pl a peer sessions
+heading "a message each way"
+show peer send "Hello from KenshinCui"
+pl b peer send "Hello from KenshinCui" || fail "peer send (b) failed"
+show peer send "Hello from KenshinCui_Advertiser"
+pl a peer send "Hello from KenshinCui_Advertiser" || fail "peer send (a) failed"
+wait_for 10 grep -q "message from" "$(log_of demo-a-peer)" || fail "a never got b's message"
+wait_for 10 grep -q "message from" "$(log_of demo-b-peer)" || fail "b never got a's message"
+echo "(what a's 'peer watch' printed)"; cat "$(log_of demo-a-peer)"
+echo "(what b's 'peer watch' printed)"; cat "$(log_of demo-b-peer)"
 heading "end of demo"

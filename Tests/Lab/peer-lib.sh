@@ -8,6 +8,9 @@ PEER_TOOL="$LAB_DIR/peer-tool.py"
 peer_tool() { "$PY3" -u "$PEER_TOOL" "$@"; }
 
 declare -A PEER_ID=() PEER_PORT=() PEER_NS=() PEER_ADAPTER=()
+# Set before peer_up: PEER_ENV[NAME]="VAR=VALUE ..." (the daemon's environment, e.g. the bus of
+# its namespace's avahi-daemon), PEER_ARGS[NAME]="--bus ..." (more peerlinkd arguments).
+declare -A PEER_ENV=() PEER_ARGS=()
 
 # peer_define NAME ADAPTER NETNS|- [KEY=VALUE...]: a daemon to start with peer_up: its
 # configuration file made of the KEY=VALUE settings (peer.port=7001 ...), run in network
@@ -33,8 +36,8 @@ peer_define() {
 peer_up() {
     local name specs=() rec="rec-$1" line
     for name in "$@"; do
-        PEERLINKD_NOWAIT=1 PEERLINKD_CONFIG=/run/lab/peer-$name.conf PEERLINKD_NETNS=${PEER_NS[$name]} \
-            start_peerlinkd "$name" "${PEER_ADAPTER[$name]}"
+        PEERLINKD_NOWAIT=1 PL_CONFIG=/run/lab/peer-$name.conf PEERLINKD_NETNS=${PEER_NS[$name]} PEERLINKD_ENV=${PEER_ENV[$name]:-} \
+            start_peerlinkd "$name" "${PEER_ADAPTER[$name]}" ${PEER_ARGS[$name]:-}
         specs+=("$name=$(pl_socket "$name")")
     done
     spawn "$rec" "$PY3" -u "$PEER_TOOL" events --out-dir "$LAB_OUT" --wait 40 "${specs[@]}"

@@ -208,4 +208,42 @@ import Testing
         await Self.expectRefused(.encryptionMismatch) { _ = try await c.node.connect(to: try a.address) }
         for n in [a, b, c] { n.node.stop() }
     }
+
+    /// Two boards that trust each other lose the link (a relay between them breaks every
+    /// connection, as a link going down would): the one that dialled redials by itself, the
+    /// other accepts without asking, and the session is back on both sides.
+    @Test func aTrustedPeerReconnectsByItselfAfterTheLinkDrops() async throws {
+        let a = try Node("board-a", accept: .ask), b = try Node("board-b", accept: .ask)
+        let relay = try TCPRelay(to: a.node.port)
+        defer { relay.close() }
+        let dial = Task { try await b.node.connect(to: try HostPort("127.0.0.1:\(relay.port)")) }
+        guard case .invitation(let i)? = await a.wait("invitation", { if case .invitation = $0 { true } else { false } }) else {
+            Issue.record("no invitation"); return
+        }
+        try a.node.answer(invitation: i.id, accept: true)
+        _ = try await dial.value
+        a.node.setTrusted(b.node.peerID, name: "board-b", true)
+        b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        #expect(await a.wait("connected", Self.isConnected) != nil)
+
+        relay.cut()
+        func connectedTwice(_ n: Node) async -> Bool {
+            await n.signal.wait(timeout: .seconds(20)) { n.count(Self.isConnected) == 2 }
+        }
+        #expect(await connectedTwice(b), "b redials a through the same address: \(b.node.diagnostics)")
+        #expect(await connectedTwice(a), "a accepts the trusted peer's return: \(a.node.diagnostics)")
+        #expect(a.count { if case .invitation = $0 { true } else { false } } == 1, "the return is not asked again")
+        #expect(b.count { if case .reconnecting(let p, 1, _) = $0 { p == a.node.peerID } else { false } } == 1)
+        #expect(a.node.sessions.map(\.peer) == [b.node.peerID] && b.node.sessions.map(\.peer) == [a.node.peerID])
+        // Forgotten: a drop is final.
+        b.node.setTrusted(a.node.peerID, name: "", false)
+        a.node.setTrusted(b.node.peerID, name: "", false)
+        relay.cut()
+        #expect(await b.signal.wait(timeout: .seconds(20)) { b.count(Self.isDisconnectedSession) == 2 })
+        a.node.stop()
+        b.node.stop()
+        #expect(b.count { if case .reconnecting = $0 { true } else { false } } == 1)
+    }
+
+    static func isDisconnectedSession(_ e: PeerEvent) -> Bool { if case .disconnected(let d) = e { d.wasConnected } else { false } }
 }

@@ -187,4 +187,62 @@ import Testing
         #expect(t.closed(5, reason: .timeout, now: Self.t0, random: 0.5).isEmpty)
         #expect(!t.isTrusted(Self.high))
     }
+
+    @Test func aLostTrustedSessionComesBackWithoutAsking() {
+        // The side that sees the drop redials; the other accepts the INVITE without asking,
+        // whether it saw the drop (lost) or not yet (the new connection replaces the old).
+        for sawDrop in [true, false] {
+            var t = SessionTable(localID: Self.low)
+            t.trust(Self.high)
+            t.accepted(1)
+            _ = t.identified(1, as: Self.high)
+            _ = t.connected(1)
+            if sawDrop { _ = t.closed(1, reason: .lost, now: Self.t0, random: 0.5) }
+            t.accepted(2)
+            let closes = t.identified(2, as: Self.high)
+            #expect(closes == (sawDrop ? [] : [.close(1, .replaced), .peerDisconnected(Self.high, .replaced)]))
+            #expect(t.invitation(on: 2) == .accept)
+            #expect(t.connected(2) == [.peerConnected(Self.high, 2)])
+        }
+        // Not trusted, or ended by a choice: asked as usual.
+        var u = SessionTable(localID: Self.low)
+        u.accepted(1)
+        _ = u.identified(1, as: Self.high)
+        _ = u.connected(1)
+        _ = u.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+        u.accepted(2)
+        _ = u.identified(2, as: Self.high)
+        #expect(u.invitation(on: 2) == .ask)
+        var v = SessionTable(localID: Self.low)
+        v.trust(Self.high)
+        v.accepted(1)
+        _ = v.identified(1, as: Self.high)
+        _ = v.connected(1)
+        _ = v.closed(1, reason: .normal, now: Self.t0, random: 0.5)
+        v.accepted(2)
+        _ = v.identified(2, as: Self.high)
+        #expect(v.invitation(on: 2) == .ask)
+    }
+
+    @Test func aRedialThatCannotConnectSchedulesTheNext() {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        #expect(t.shouldRedial(Self.high))
+        #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(1), random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(3), attempt: 2)])
+        #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(3), random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
+        // The peer dialled this side meanwhile: no redial, and a failure report changes nothing.
+        t.accepted(2)
+        _ = t.identified(2, as: Self.high)
+        #expect(!t.shouldRedial(Self.high))
+        #expect(t.redialFailed(Self.high, now: Self.t0, random: 0.5).isEmpty)
+        // An untrusted peer is never redialled.
+        #expect(!t.shouldRedial(Self.peer3))
+    }
+
+    static let peer3 = Fixtures.peer(0x03)
 }

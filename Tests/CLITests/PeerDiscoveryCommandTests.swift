@@ -1,0 +1,81 @@
+import Control
+import Foundation
+import Testing
+@testable import CLI
+
+/// `peerlink peer advertise | browse | invite | watch` against a scripted daemon: the requests
+/// they make, the lines they print, and an invitation by display name found by browsing.
+@Suite struct PeerDiscoveryCommandTests {
+    static let idA = String(repeating: "a1", count: 32)
+    static let idB = String(repeating: "b2", count: 32)
+    static func peer(_ id: String, _ name: String, _ address: String) -> JSONValue {
+        ["peer": .string(id), "peer_text": "AAAAAAA-BBBBBBB", "short": .string(String(id.prefix(7)).uppercased()), "name": .string(name),
+         "addresses": [.string(address)], "info": ["room": "lab"], "versions": [1], "compatible": true]
+    }
+
+    @Test func advertiseSendsTheInfoAndShowsWarnings() throws {
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("peer.advertise")
+            #expect(r.params.values == ["type": "cmj-stream", "info": ["room": "lab", "note": "a=b"]])
+            try c.reply(r, ["type": "cmj-stream", "service_type": "_cmj-stream._tcp", "name": "KenshinCui_Advertiser", "port": 4711,
+                            "state": "established", "warnings": ["the discovery record is 420 bytes"]])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "advertise", "cmj-stream", "--info", "room=lab", "--info", "note=a=b"], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(run.out == "advertising _cmj-stream._tcp as KenshinCui_Advertiser on port 4711 (established)\nwarning: the discovery record is 420 bytes\n")
+    }
+
+    @Test func advertiseInfoMustBeKeyValue() {
+        let run = peerlink(["peer", "advertise", "cmj-stream", "--info", "novalue"])
+        #expect(run.code == 2 && run.err.contains("--info expects key=value"), "\(run.err)")
+    }
+
+    @Test func browsePrintsFoundAndLost() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": [Self.peer(Self.idA, "KenshinCui_Advertiser", "10.0.0.1:4711")]])
+            try c.event("peer.lost", ["browse_id": "b1", "peer": .string(Self.idA), "short": "A1A1A1A", "name": "KenshinCui_Advertiser"])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "browse", "cmj-stream", "--timeout", "0.5"], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(run.out == "+ KenshinCui_Advertiser A1A1A1A addresses 10.0.0.1:4711 info room=lab\n- KenshinCui_Advertiser A1A1A1A\n")
+    }
+
+    @Test func inviteByNameBrowsesThenInvitesTheIDFound() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": []])
+            try c.event("peer.found", Self.peer(Self.idB, "someone-else", "10.0.0.2:1"))
+            try c.event("peer.found", Self.peer(Self.idA, "KenshinCui_Advertiser", "10.0.0.1:4711"))
+            let r = try c.expect("peer.invite")
+            #expect(r.params.values == ["peer": .string(Self.idA), "context_base64": .string(Data("hi".utf8).base64EncodedString()), "timeout": 5.0])
+            try c.reply(r, ["peer": .string(Self.idA), "short": "A1A1A1A", "name": "KenshinCui_Advertiser", "address": "10.0.0.1:4711",
+                            "encrypted": true, "pairing_code": "123456"])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "invite", "KenshinCui_Advertiser", "--type", "cmj-stream", "--context", "hi", "--wait", "5"], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(run.out == "KenshinCui_Advertiser A1A1A1A at 10.0.0.1:4711: TLS 1.3, pairing code 123456\n")
+    }
+
+    @Test func inviteOfAPeerNeverFoundFailsNamingIt() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": []])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "invite", "nobody", "--type", "cmj-stream", "--find", "0.3"], daemon: daemon)
+        #expect(run.code == 1 && run.err.contains("no peer \"nobody\" advertising cmj-stream was found"), "\(run.err)")
+    }
+
+    @Test func watchLines() {
+        let inv: JSONValue = ["invitation": 3, "name": "KenshinCui", "short": "B2B2B2B", "pairing_code": "042042",
+                              "context_base64": .string(Data("let's talk".utf8).base64EncodedString())]
+        #expect(PeerDiscoveryCommands.line("peer.invitation", inv) == "invitation 3 from KenshinCui B2B2B2B pairing code 042042 context \"let's talk\"")
+        #expect(PeerDiscoveryCommands.line("peer.disconnected", ["name": "a", "short": "A1", "reason": "lost", "by_peer": false, "detail": "3 pings unanswered"])
+            == "disconnected a A1: lost 3 pings unanswered")
+        #expect(PeerDiscoveryCommands.line("peer.message", ["short": "A1", "reliable": true, "data_base64": .string(Data("hello".utf8).base64EncodedString())])
+            == "message from A1: hello")
+        #expect(PeerDiscoveryCommands.line("peer.message", ["short": "A1", "reliable": false, "data_base64": "AAEC"]) == "message from A1 (unreliable): 3 bytes")
+        #expect(PeerDiscoveryCommands.line("peer.reconnecting", ["short": "A1", "attempt": 2, "in_seconds": 1.5]) == "reconnecting A1 attempt 2 in 1.5 s")
+    }
+}
