@@ -123,6 +123,11 @@ public final class PeerNode: Sendable {
             let accepted: (fd: Int32, from: SocketAddress)?
             do {
                 accepted = try TCPSocket.accept(listener)
+            } catch let e as SystemError where [EMFILE, ENFILE, ENOBUFS, ENOMEM].contains(e.code) {
+                // Out of descriptors (or memory): the connection waits in the kernel's queue and
+                // the listener stays readable, so trying again at once would spin. Rest a moment.
+                pauseAccepting(e)
+                return
             } catch {
                 logger.warning("accepting a peer failed", ["error": "\(error)"])
                 return
@@ -131,6 +136,20 @@ public final class PeerNode: Sendable {
             let c = makeConnection(fd: fd, role: .listener, remote: from, expected: nil)
             state.withLock { $0.table.accepted(c.id) }
             c.start()
+        }
+    }
+
+    /// How long the listener rests when the process is out of descriptors, in milliseconds.
+    static let acceptPauseMilliseconds = 250
+
+    /// Stops watching the listener for a moment (called from its handler: it stays off).
+    private func pauseAccepting(_ error: SystemError) {
+        guard let watch = state.withLock({ $0.stopped ? nil : $0.listener }) else { return }
+        watch.want(read: false)
+        logger.warning("not accepting peers for a moment", ["error": "\(error)", "pause.ms": "\(Self.acceptPauseMilliseconds)"])
+        queue.asyncAfter(deadline: .now() + .milliseconds(Self.acceptPauseMilliseconds)) { [weak self] in
+            guard let self, let watch = self.state.withLock({ $0.stopped ? nil : $0.listener }) else { return }
+            watch.want(read: true)
         }
     }
 

@@ -119,6 +119,68 @@ import Glibc
         #expect(try bWatch.nextEvent("peer.disconnected")["data"]?["by_peer"] == false)
     }
 
+    /// Out of descriptors, the peer listener rests a moment between tries instead of calling
+    /// accept again at once (that spun a core and logged tens of thousands of lines a second,
+    /// found by the lab's 64-peer-bad-input); the connections that waited are taken after.
+    @Test func outOfDescriptorsThePeerListenerRestsInsteadOfSpinning() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "a", accept: "all")
+        defer { a.stop() }
+        let port = UInt16(try #require(try a.call("peer.identity")["port"]?.intValue))
+        let limited = try await runTool("/usr/bin/prlimit", ["--pid", "\(a.pid)", "--nofile=48:48"])
+        try #require(limited.status == 0, "prlimit: \(limited.stderr)")
+        // More connections than the daemon has descriptors for; they wait in its listen queue.
+        var fds: [Int32] = []
+        defer { for fd in fds { close(fd) } }
+        for _ in 0..<80 { fds.append(try Self.connectLoopback(port)) }
+        // Until the daemon has used up its descriptors (then each accept fails with EMFILE).
+        let deadline = Date().addingTimeInterval(10)
+        while Self.descriptors(a.pid) < 46, Date() < deadline { usleep(20_000) }
+        #expect(Self.descriptors(a.pid) >= 46, "the daemon did not reach its limit")
+        let cpu0 = try Self.cpuTicks(a.pid), warnings0 = a.log.components(separatedBy: "\n").count
+        usleep(1_000_000)
+        let cpu = try Self.cpuTicks(a.pid) - cpu0, warnings = a.log.components(separatedBy: "\n").count - warnings0
+        #expect(cpu < 30, "\(cpu) ticks of CPU in 1 s while out of descriptors")
+        #expect(warnings < 20, "\(warnings) log lines in 1 s while out of descriptors")
+        // Descriptors back: the listener takes connections again (a new one gets HELLO).
+        for fd in fds { close(fd) }
+        fds = []
+        let fd = try Self.connectLoopback(port)
+        fds.append(fd)
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var header = [UInt8](repeating: 0, count: 12)
+        var got = 0
+        while got < 12 {
+            let n = header[got...].withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            got += n
+        }
+        #expect(got == 12 && header[0] == 1 && header[1] == 1, "no HELLO after the descriptors came back: \(header[0..<got])")
+    }
+
+    static func connectLoopback(_ port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = port.bigEndian
+        sin.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &sin) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard fd >= 0, rc == 0 else { throw TestSupportError("connect to 127.0.0.1:\(port): errno \(errno)") }
+        return fd
+    }
+
+    static func descriptors(_ pid: Int32) -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
+    }
+
+    /// utime + stime of a process, in clock ticks (1/100 s).
+    static func cpuTicks(_ pid: Int32) throws -> Int {
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
+        return Int(fields[11])! + Int(fields[12])!
+    }
+
     @Test func aDeclinedInvitationFailsTheConnectWithItsReason() async throws {
         let bus = try PrivateBus()
         let a = try await Self.daemon(bus, name: "a", accept: "none")
