@@ -118,16 +118,19 @@ _peer_ns_up() {
     ip -n "plpeer$n" link set pl0 up || fail "plpeer$n: pl0 up"
     ip -n "plpeer$n" addr add "10.77.0.$n/24" dev pl0 || fail "plpeer$n: address"
 }
-# _peer_veth NS1 IF1 NS2 IF2: a veth pair made in the lab's namespace, each end moved and renamed.
+# _peer_veth NS1 IF1 NS2 IF2 N: a veth pair made in the lab's namespace, each end moved and
+# renamed. The addresses are set (02:77:00:00:N:01 and :02): in the guest the kernel gave
+# several veths the same random address, and the bridge then lost host 3's ARP replies.
 _peer_veth() {
-    ip link add plvA type veth peer name plvB || fail "cannot create a veth pair"
+    ip link add plvA address "02:77:00:00:0$5:01" type veth peer name plvB address "02:77:00:00:0$5:02" \
+        || fail "cannot create a veth pair"
     ip link set plvA netns "$1" && ip link set plvB netns "$3" || fail "cannot move the veth ends to $1 and $3"
     ip -n "$1" link set plvA name "$2" && ip -n "$3" link set plvB name "$4" || fail "cannot rename the veth ends"
 }
 peer_net_pair() {
     peer_net_cleanup
     ip netns add plpeer1 && ip netns add plpeer2 || fail "ip netns add failed"
-    _peer_veth plpeer1 pl0 plpeer2 pl0
+    _peer_veth plpeer1 pl0 plpeer2 pl0 1
     _peer_ns_up 1; _peer_ns_up 2
     PEER_NET_N=2
     peer_net_reachable
@@ -140,7 +143,7 @@ peer_net_bridge() {
     ip -n plpeer-sw link set plbr0 up
     for n in $(seq 1 "$1"); do
         ip netns add "plpeer$n" || fail "ip netns add plpeer$n"
-        _peer_veth "plpeer$n" pl0 plpeer-sw "port$n"
+        _peer_veth "plpeer$n" pl0 plpeer-sw "port$n" "$n"
         ip -n plpeer-sw link set "port$n" master plbr0 up || fail "port$n on the bridge"
         _peer_ns_up "$n"
     done
@@ -164,6 +167,45 @@ peer_net_reachable() {
         ip -n plpeer-sw -d link show 2>/dev/null
         fail "host 1 cannot reach host $n (10.77.0.$n) over the link"
     done
+}
+# peer_net_avahi N: host N gets its own system bus ($(peer_bus N)) and avahi-daemon (host
+# name pl-peerN, interface pl0 only), as 55-dnssd-net-collision runs them: the daemon runs in
+# the namespace with a private tmpfs on /run/avahi-daemon (ip netns exec gives it its own
+# mount namespace). Waits (30 s) until it is RUNNING. A peerlinkd of host N reaches it with
+# PEER_ENV[NAME]="DBUS_SYSTEM_BUS_ADDRESS=$(peer_bus N)" (and PEER_ARGS[NAME]="--bus
+# unix:path=/run/dbus/system_bus_socket" to keep BlueZ on the lab's bus).
+PEER_NET_DIR=/run/lab/peer-net
+peer_bus() { echo "unix:path=$PEER_NET_DIR/ns$1/system_bus_socket"; }
+# on_host N CMD...: CMD as a D-Bus client of host N's bus (avahi-browse there).
+on_host() { local n=$1; shift; DBUS_SYSTEM_BUS_ADDRESS=$(peer_bus "$n") "$@"; }
+_avahi_running() {
+    [ "$(busctl --address="$(peer_bus "$1")" call org.freedesktop.Avahi / org.freedesktop.Avahi.Server GetState 2>/dev/null)" = "i 2" ]
+}
+peer_net_avahi() {
+    local n=$1 dir=$PEER_NET_DIR/ns$1
+    rm -rf "$dir"; mkdir -p "$dir"
+    spawn "bus-$n" dbus-daemon --system --nofork --nopidfile --address="$(peer_bus "$n")"
+    wait_for 30 busctl --address="$(peer_bus "$n")" status || fail "host $n's bus did not start: $(cat "$(log_of "bus-$n")")"
+    cat >"$dir/avahi-daemon.conf" <<CONF
+[server]
+host-name=pl-peer$n
+use-ipv4=yes
+use-ipv6=no
+allow-interfaces=pl0
+ratelimit-interval-usec=1000000
+ratelimit-burst=1000
+[wide-area]
+enable-wide-area=no
+[publish]
+publish-hinfo=no
+publish-workstation=no
+[reflector]
+[rlimits]
+CONF
+    spawn "avahi-$n" env DBUS_SYSTEM_BUS_ADDRESS="$(peer_bus "$n")" ip netns exec "plpeer$n" sh -c \
+        'mount -t tmpfs tmpfs /run/avahi-daemon && exec avahi-daemon --no-drop-root --no-chroot --no-rlimits -f "$1"' \
+        sh "$dir/avahi-daemon.conf"
+    wait_for 30 _avahi_running "$n" || fail "host $n's avahi-daemon is not RUNNING: $(tail -n 20 "$(log_of "avahi-$n")")"
 }
 # peer_addr N: the address of namespace N's host; peer_ns N: its name.
 peer_addr() { echo "10.77.0.$1"; }

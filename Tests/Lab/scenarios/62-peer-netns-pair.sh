@@ -89,7 +89,7 @@ assert_eq "$(pl p1 --json peer invitations | grep -o '"invitation":' | wc -l)" 0
 
 note "4. both invite each other at once"
 C1=$(event_count p1 peer.connected) C2=$(event_count p2 peer.connected)
-run peer_tool simultaneous --a "$(pl_socket p1)" --a-addr "$A2" --a-id "$ID2" --b "$(pl_socket p2)" --b-addr "$A1" --b-id "$ID1"
+run peer_tool simultaneous --a "$(pl_socket p1)" --a-addr "$A1" --a-id "$ID1" --b "$(pl_socket p2)" --b-addr "$A2" --b-id "$ID2"
 [ "$RUN_RC" = 0 ] || fail "simultaneous invitations: the driver failed"
 assert_not_contains "$RUN_OUT" '"error"' "both connect calls succeed"
 assert_contains "$(grep '^REPLY a' <<<"$RUN_OUT")" "\"peer\":\"$ID2\"" "p1's connect returns the session with p2"
