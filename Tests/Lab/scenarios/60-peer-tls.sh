@@ -15,16 +15,7 @@ command -v openssl >/dev/null || fail "openssl not installed"
 
 W=/run/lab/peer-tls
 rm -rf "$W"; mkdir -p "$W"
-peer_define a hci0 - peer.name=lab-a peer.listen=loopback peer.port=7101 peer.accept=all
-peer_define b hci1 - peer.name=lab-b peer.listen=loopback peer.port=7102
-peer_up a b
 A=127.0.0.1:7101
-AID=${PEER_ID[a]}
-
-note "the identity file's certificate is the peer ID (openssl x509)"
-FILE_ID=$(openssl x509 -in "$(pl_state_dir a)/peer/identity.crt" -outform DER | sha256sum | cut -d' ' -f1)
-assert_eq "$FILE_ID" "$AID" "SHA-256 of identity.crt"
-
 note "a client certificate of our own (openssl req, P-256)"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W/c.key" -out "$W/c.crt" \
     -subj /CN=lab-client -days 2 >/dev/null 2>&1 || fail "openssl req failed"
@@ -35,8 +26,19 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W
 start_relay() {
     spawn relay peer_tool hello-relay --listen 127.0.0.1:7201 --to "$A" \
         "cert:$W/c.crt" "cert:$W/c.crt" "cert:$W/c.crt" "cert:$W/o.crt"
-    wait_log 15 relay LISTENING || fail "the relay did not listen: $(cat "$(log_of relay)")"
 }
+# The relay first: Python starts slowly under the emulator, the daemons meanwhile.
+start_relay
+peer_define a hci0 - peer.name=lab-a peer.listen=loopback peer.port=7101 peer.accept=all
+peer_define b hci1 - peer.name=lab-b peer.listen=loopback peer.port=7102
+peer_up a b
+AID=${PEER_ID[a]}
+wait_log 30 relay LISTENING || fail "the relay did not listen: $(cat "$(log_of relay)")"
+
+note "the identity file's certificate is the peer ID (openssl x509)"
+FILE_ID=$(openssl x509 -in "$(pl_state_dir a)/peer/identity.crt" -outform DER | sha256sum | cut -d' ' -f1)
+assert_eq "$FILE_ID" "$AID" "SHA-256 of identity.crt"
+
 # s_client N ARGS...: the relay's Nth client, openssl s_client (bounded), output in RUN_OUT.
 s_client() {
     local n=$1; shift
@@ -45,7 +47,6 @@ s_client() {
 }
 
 note "1. TLS 1.3 with a certificate: s_client completes and sees a's certificate"
-start_relay
 s_client 1 -tls1_3 -cert "$W/c.crt" -key "$W/c.key" -showcerts
 [ "$RUN_RC" = 0 ] || fail "s_client with a certificate failed (rc $RUN_RC)"
 assert_contains "$RUN_OUT" "New, TLSv1.3, Cipher is" "s_client: TLS 1.3"

@@ -13,12 +13,11 @@ require_peerlink
 W=/run/lab/peer-wire
 rm -rf "$W"; mkdir -p "$W"
 
-# session_through_relay A B CAPTURE ENCRYPTION PORT: A listens on PORT, a relay on PORT+100
+# session_through_relay A B CAPTURE ENCRYPTION PORT: A listens on PORT, relay-A on PORT+100
 # records to CAPTURE, B dials the relay; a context and one message each way, checked as events.
 session_through_relay() {
     local a=$1 b=$2 cap=$3 enc=$4 port=$5
-    spawn "relay-$a" peer_tool record-relay --listen "127.0.0.1:$((port + 100))" --to "127.0.0.1:$port" --out "$cap"
-    wait_log 10 "relay-$a" LISTENING || fail "relay did not listen: $(cat "$(log_of "relay-$a")")"
+    wait_log 30 "relay-$a" LISTENING || fail "relay did not listen: $(cat "$(log_of "relay-$a")")"
     peer_connect "$b" "127.0.0.1:$((port + 100))" --context "$CONTEXT"
     [ "$RUN_RC" = 0 ] || fail "$b could not connect to $a through the relay: $RUN_OUT"
     SESSION=$RUN_OUT
@@ -41,6 +40,9 @@ peer_define a hci0 - peer.name=lab-a peer.listen=loopback peer.port=7111 peer.ac
 peer_define b hci1 - peer.name=lab-b peer.listen=loopback peer.port=7112
 peer_define c hci0 - peer.name=lab-c peer.listen=loopback peer.port=7121 peer.accept=all peer.encryption=none
 peer_define d hci1 - peer.name=lab-d peer.listen=loopback peer.port=7122 peer.encryption=none
+# The relays first: Python starts slowly under the emulator, the daemons meanwhile.
+spawn relay-a peer_tool record-relay --listen 127.0.0.1:7211 --to 127.0.0.1:7111 --out "$W/enc"
+spawn relay-c peer_tool record-relay --listen 127.0.0.1:7221 --to 127.0.0.1:7121 --out "$W/plain"
 peer_up a b c d
 
 RND=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
