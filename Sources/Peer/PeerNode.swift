@@ -55,6 +55,8 @@ public final class PeerNode: Sendable {
         /// Addresses of peers known from elsewhere (the daemon's discovery).
         var addressSource: (@Sendable (PeerID) -> [HostPort])?
         var stopped = false
+        /// Connections refused near the descriptor limit (every 100th is logged).
+        var refusedForDescriptors = 0
     }
 
     /// A node with `identity`; nothing listens before `start`.
@@ -133,9 +135,37 @@ public final class PeerNode: Sendable {
                 return
             }
             guard let (fd, from) = accepted else { return }
+            // Descriptors are allocated lowest first: number `fd` means at least `fd` are open.
+            // Past the reserve the connection is refused (closed at once), so that the process
+            // never runs out: libdispatch stops the process when its thread-pool monitor cannot
+            // open /proc (seen in the lab: SIGILL in _dispatch_workq_monitor_pools).
+            if Int(fd) >= Self.descriptorCeiling() {
+                closeQuietly(fd)
+                refusedForDescriptors(from)
+                continue
+            }
             let c = makeConnection(fd: fd, role: .listener, remote: from, expected: nil)
             state.withLock { $0.table.accepted(c.id) }
             c.start()
+        }
+    }
+
+    /// The highest descriptor number a peer connection may have: the soft RLIMIT_NOFILE less a
+    /// reserve (a quarter of it, at most 64) for everything else the process opens.
+    static func descriptorCeiling() -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return Int.max }
+        let soft = Int(min(limit.rlim_cur, rlim_t(Int.max)))
+        return soft - min(64, soft / 4)
+    }
+
+    private func refusedForDescriptors(_ from: SocketAddress) {
+        let first = state.withLock { s -> Bool in
+            defer { s.refusedForDescriptors += 1 }
+            return s.refusedForDescriptors % 100 == 0
+        }
+        if first {
+            logger.warning("refusing peer connections: near the descriptor limit", ["peer.address": "\(from)", "limit.reserve": "\(Self.descriptorCeiling())"])
         }
     }
 
