@@ -37,6 +37,18 @@ public enum DaemonCommandLine {
 
     /// Parses arguments (without the program name), runs the daemon, and returns the exit code:
     /// 0 after a clean stop, 1 when it fails while running, 2 for a usage or configuration error.
+    /// Raises the soft RLIMIT_NOFILE to the hard one (1024 is the usual soft default, systemd's
+    /// too, while its hard one is 524288): every peer, client and watch is a descriptor, and a
+    /// process that runs out is stopped by libdispatch. The peer listener keeps a reserve below
+    /// whatever the limit is (`PeerNode`).
+    static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(resource, &limit)
+    }
+
     public static func main(_ arguments: [String]) async -> Int32 {
         let invocation: Invocation
         do {
@@ -62,6 +74,7 @@ public enum DaemonCommandLine {
         overrides.stateDirectory = v.string("state-dir")
         overrides.logLevel = v.string("log-level").flatMap(LogLevel.init(name:))
         overrides.bus = v.string("bus").flatMap(BusChoice.init(parsing:))
+        raiseDescriptorLimit()
         let daemon: PeerlinkDaemon
         do {
             var config = try DaemonConfig.load(path: overrides.configPath)

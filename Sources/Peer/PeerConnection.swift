@@ -242,7 +242,10 @@ public final class PeerConnection: Sendable {
         } catch {
             transmit(tls.takeOutgoing(), &s)  // the alert that says why
             s.inputDead = true
-            perform(s.machine.handle(.tlsFailed(error.description), now: .now), &s, &events)
+            // The pin is the HELLO's claim: a certificate it refuses is an identity mismatch.
+            let input: ConnectionInput
+            if case .pinRejected = error.kind { input = .certificateMismatch(error.description) } else { input = .tlsFailed(error.description) }
+            perform(s.machine.handle(input, now: .now), &s, &events)
             return
         }
         transmit(tls.takeOutgoing(), &s)

@@ -55,6 +55,8 @@ public final class PeerNode: Sendable {
         /// Addresses of peers known from elsewhere (the daemon's discovery).
         var addressSource: (@Sendable (PeerID) -> [HostPort])?
         var stopped = false
+        /// Connections refused near the descriptor limit (every 100th is logged).
+        var refusedForDescriptors = 0
     }
 
     /// A node with `identity`; nothing listens before `start`.
@@ -123,14 +125,61 @@ public final class PeerNode: Sendable {
             let accepted: (fd: Int32, from: SocketAddress)?
             do {
                 accepted = try TCPSocket.accept(listener)
+            } catch let e as SystemError where [EMFILE, ENFILE, ENOBUFS, ENOMEM].contains(e.code) {
+                // Out of descriptors (or memory): the connection waits in the kernel's queue and
+                // the listener stays readable, so trying again at once would spin. Rest a moment.
+                pauseAccepting(e)
+                return
             } catch {
                 logger.warning("accepting a peer failed", ["error": "\(error)"])
                 return
             }
             guard let (fd, from) = accepted else { return }
+            // Descriptors are allocated lowest first: number `fd` means at least `fd` are open.
+            // Past the reserve the connection is refused (closed at once), so that the process
+            // never runs out: libdispatch stops the process when its thread-pool monitor cannot
+            // open /proc (seen in the lab: SIGILL in _dispatch_workq_monitor_pools).
+            if Int(fd) >= Self.descriptorCeiling() {
+                closeQuietly(fd)
+                refusedForDescriptors(from)
+                continue
+            }
             let c = makeConnection(fd: fd, role: .listener, remote: from, expected: nil)
             state.withLock { $0.table.accepted(c.id) }
             c.start()
+        }
+    }
+
+    /// The highest descriptor number a peer connection may have: the soft RLIMIT_NOFILE less a
+    /// reserve (a quarter of it, at most 64) for everything else the process opens.
+    static func descriptorCeiling() -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return Int.max }
+        let soft = Int(min(limit.rlim_cur, rlim_t(Int.max)))
+        return soft - min(64, soft / 4)
+    }
+
+    private func refusedForDescriptors(_ from: SocketAddress) {
+        let first = state.withLock { s -> Bool in
+            defer { s.refusedForDescriptors += 1 }
+            return s.refusedForDescriptors % 100 == 0
+        }
+        if first {
+            logger.warning("refusing peer connections: near the descriptor limit", ["peer.address": "\(from)", "limit.reserve": "\(Self.descriptorCeiling())"])
+        }
+    }
+
+    /// How long the listener rests when the process is out of descriptors, in milliseconds.
+    static let acceptPauseMilliseconds = 250
+
+    /// Stops watching the listener for a moment (called from its handler: it stays off).
+    private func pauseAccepting(_ error: SystemError) {
+        guard let watch = state.withLock({ $0.stopped ? nil : $0.listener }) else { return }
+        watch.want(read: false)
+        logger.warning("not accepting peers for a moment", ["error": "\(error)", "pause.ms": "\(Self.acceptPauseMilliseconds)"])
+        queue.asyncAfter(deadline: .now() + .milliseconds(Self.acceptPauseMilliseconds)) { [weak self] in
+            guard let self, let watch = self.state.withLock({ $0.stopped ? nil : $0.listener }) else { return }
+            watch.want(read: true)
         }
     }
 

@@ -65,6 +65,8 @@ public struct ConnectionMachine: Sendable {
         case .tlsEstablished(let id, let code): tlsEstablished(id, code, now, &out)
         case .tlsFailed(let why):
             if state == .securing { fail(.tlsFailed, why, now, &out) }
+        case .certificateMismatch(let why):
+            if state == .securing { fail(.identityMismatch, why, now, &out) }
         case .transportClosed: transportClosed(&out)
         case .invite(let context, let timeout): invite(context, timeout, now, &out)
         case .accept: answer(nil, now, &out)

@@ -73,6 +73,9 @@ public enum ConnectionInput: Sendable, Hashable {
     case tlsEstablished(certificateID: PeerID, pairingCode: PairingCode)
     /// TLS failed, with the library's words.
     case tlsFailed(String)
+    /// TLS refused the peer's certificate because it is not the one whose SHA-256 the peer's
+    /// HELLO announced (the pin): the drop is `identity-mismatch`, not `tls-failed`.
+    case certificateMismatch(String)
     /// The byte stream ended or broke.
     case transportClosed
     /// Dialer: invite the peer (sent as soon as the connection is secured).

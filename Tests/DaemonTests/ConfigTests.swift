@@ -376,3 +376,21 @@ private func ownGroupName() -> String {
         #expect(editDistance("socket_mod", "socket_mode") == 1)
     }
 }
+
+/// `peerlinkd` raises its soft descriptor limit to the hard one before anything opens.
+@Suite(.serialized) struct DescriptorLimitTests {
+    @Test func theSoftLimitIsRaisedToTheHardOne() throws {
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        var saved = rlimit()
+        try #require(getrlimit(resource, &saved) == 0)
+        try #require(saved.rlim_max > 256, "the hard limit is too low to lower the soft one under it")
+        defer { var back = saved; _ = setrlimit(resource, &back) }
+        var lowered = saved
+        lowered.rlim_cur = min(saved.rlim_max - 1, max(256, saved.rlim_cur / 2))
+        try #require(setrlimit(resource, &lowered) == 0)
+        DaemonCommandLine.raiseDescriptorLimit()
+        var now = rlimit()
+        try #require(getrlimit(resource, &now) == 0)
+        #expect(now.rlim_cur == saved.rlim_max)
+    }
+}

@@ -119,6 +119,85 @@ import Glibc
         #expect(try bWatch.nextEvent("peer.disconnected")["data"]?["by_peer"] == false)
     }
 
+    /// Near its descriptor limit the daemon refuses peer connections (closes them at once)
+    /// instead of running out: out of descriptors, libdispatch stops the process (its thread-pool
+    /// monitor cannot open /proc), and accept failing with EMFILE spun a core before that. The
+    /// daemon stays up, does not spin, and takes connections again once descriptors are back.
+    @Test func nearTheDescriptorLimitPeerConnectionsAreRefusedNotSpunOn() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "a", accept: "all")
+        defer { a.stop() }
+        let port = UInt16(try #require(try a.call("peer.identity")["port"]?.intValue))
+        let limited = try await runTool("/usr/bin/prlimit", ["--pid", "\(a.pid)", "--nofile=64:64"])
+        try #require(limited.status == 0, "prlimit: \(limited.stderr)")
+        // More connections than the daemon has descriptors for.
+        var fds: [Int32] = []
+        defer { for fd in fds { close(fd) } }
+        for _ in 0..<80 { fds.append(try Self.connectLoopback(port)) }
+        // Each gets the daemon's HELLO (taken) or the end of the stream at once (refused).
+        var taken = 0, refused = 0
+        for first in Self.firstBytes(fds, within: 5) {
+            switch first {
+            case .some(let b) where b.count >= 2 && b[0] == 1 && b[1] == 1: taken += 1
+            case .some(let b) where b.isEmpty: refused += 1
+            default: break
+            }
+        }
+        #expect(taken > 0 && refused > 0 && taken + refused == 80, "taken \(taken), refused \(refused)")
+        #expect(Self.descriptors(a.pid) < 64, "the daemon reached its limit: \(Self.descriptors(a.pid))")
+        let cpu0 = try Self.cpuTicks(a.pid)
+        usleep(1_000_000)
+        #expect(try Self.cpuTicks(a.pid) - cpu0 < 30, "the daemon spun with the held connections")
+        #expect(kill(a.pid, 0) == 0, "the daemon is gone")
+        // Descriptors back: a new connection is taken (it gets HELLO).
+        for fd in fds { close(fd) }
+        fds = [try Self.connectLoopback(port)]
+        let hello = Self.firstBytes(fds, within: 10)[0] ?? []
+        #expect(hello.count >= 2 && hello[0] == 1 && hello[1] == 1, "no HELLO after the descriptors came back: \(hello)")
+    }
+
+    /// What the daemon sends first on each of `fds` (empty: it closed without sending; nil:
+    /// nothing within the time, shared by all).
+    static func firstBytes(_ fds: [Int32], within seconds: Double) -> [[UInt8]?] {
+        var result = [[UInt8]?](repeating: nil, count: fds.count)
+        var open = Set(fds.indices)
+        let deadline = Date().addingTimeInterval(seconds)
+        while !open.isEmpty, Date() < deadline {
+            var polls = open.sorted().map { pollfd(fd: fds[$0], events: Int16(POLLIN), revents: 0) }
+            guard poll(&polls, nfds_t(polls.count), 100) >= 0 else { break }
+            for p in polls where p.revents != 0 {
+                guard let i = fds.firstIndex(of: p.fd) else { continue }
+                var buffer = [UInt8](repeating: 0, count: 64)
+                let n = read(p.fd, &buffer, buffer.count)
+                result[i] = n < 0 ? [] : Array(buffer[0..<n])
+                open.remove(i)
+            }
+        }
+        return result
+    }
+
+    static func connectLoopback(_ port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = port.bigEndian
+        sin.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &sin) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard fd >= 0, rc == 0 else { throw TestSupportError("connect to 127.0.0.1:\(port): errno \(errno)") }
+        return fd
+    }
+
+    static func descriptors(_ pid: Int32) -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
+    }
+
+    /// utime + stime of a process, in clock ticks (1/100 s).
+    static func cpuTicks(_ pid: Int32) throws -> Int {
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
+        return Int(fields[11])! + Int(fields[12])!
+    }
+
     @Test func aDeclinedInvitationFailsTheConnectWithItsReason() async throws {
         let bus = try PrivateBus()
         let a = try await Self.daemon(bus, name: "a", accept: "none")

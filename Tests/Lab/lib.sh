@@ -218,7 +218,9 @@ declare -A PEERLINKD_PID=()
 # logging to $LAB_OUT/peerlinkd-NAME.log; wait (15 s) until `peerlink status`
 # gets an answer (exit 0, 1 or 2; 3 means it could not reach the daemon).
 # The daemon is stopped when the scenario exits.  Sets PEERLINKD_PID[NAME].
-# PL_CONFIG=FILE: the configuration file (default none: /dev/null).
+# PL_CONFIG=FILE: the configuration file (default none: /dev/null).  PEERLINKD_NETNS=NS: run
+# it in that network namespace; PEERLINKD_ENV="VAR=VALUE ...": with those in its environment;
+# PEERLINKD_NOWAIT=1: no waiting (peer-lib.sh's peer_up starts several at once).
 start_peerlinkd() {
     local name=$1 adapter=$2; shift 2
     require_peerlink
@@ -227,12 +229,19 @@ start_peerlinkd() {
     sock=$(pl_socket "$name"); state=$(pl_state_dir "$name"); log="$LAB_OUT/peerlinkd-$name.log"
     rm -rf "${sock%/*}" "$state"
     mkdir -p "${sock%/*}" "$state"
-    "$PEERLINK_BIN/peerlinkd" --socket "$sock" --adapter "$adapter" --state-dir "$state" \
+    # `ip netns exec` and `env` exec the daemon: the pid is the daemon's.
+    local wrap=()
+    # shellcheck disable=SC2206
+    [ -z "${PEERLINKD_ENV:-}" ] || wrap=(env ${PEERLINKD_ENV})
+    [ -z "${PEERLINKD_NETNS:-}" ] || wrap+=(ip netns exec "$PEERLINKD_NETNS")
+    "${wrap[@]}" "$PEERLINK_BIN/peerlinkd" --socket "$sock" --adapter "$adapter" --state-dir "$state" \
         --config "${PL_CONFIG:-/dev/null}" "$@" </dev/null >>"$log" 2>&1 &
     local pid=$!
     PEERLINKD_PID[$name]=$pid
     _LIB_PIDS+=("$pid")
     note "started peerlinkd $name on $adapter (pid $pid)"
+    # PEERLINKD_NOWAIT=1: return at once (the caller waits for the daemon its own way).
+    [ -z "${PEERLINKD_NOWAIT:-}" ] || return 0
     local deadline=$(( $(date +%s) + 15 )) rc
     while :; do
         kill -0 "$pid" 2>/dev/null || fail "peerlinkd $name exited during start-up: $(tail -n 5 "$log")"

@@ -151,6 +151,69 @@ import Testing
         a.node.stop()
     }
 
+    /// A dialer whose TLS certificate is not the one its HELLO announced: the listener's pin
+    /// refuses it, and the node reports `identity-mismatch` (docs/peer-protocol.md, section 3),
+    /// not a generic `tls-failed`.
+    @Test func aCertificateOtherThanTheHELLOsIsAnIdentityMismatch() async throws {
+        let a = try Node("pinned")
+        defer { a.node.stop() }
+        let claimed = try TLSIdentity.ephemeral(), presented = try TLSIdentity.ephemeral()
+        let fd = try Self.connectBlocking(port: a.node.port)
+        defer { close(fd) }
+        let hello = Hello(peerID: try #require(PeerID(bytes: claimed.fingerprint)), displayName: "liar", encryption: .required, role: .dialer)
+        try Self.writeAll(fd, try FrameEncoder.encode(.hello(hello)))
+        // The node's HELLO (12-byte header and its payload), then TLS as the client.
+        let header = try Self.readExactly(fd, 12)
+        _ = try Self.readExactly(fd, Int(header[8]) << 24 | Int(header[9]) << 16 | Int(header[10]) << 8 | Int(header[11]))
+        let tls = try TLSConnection(role: .client, identity: presented, pin: .acceptAny)
+        try Self.writeAll(fd, tls.takeOutgoing())
+        var buffer = [UInt8](repeating: 0, count: 16384)
+        while true {
+            if case .failed = tls.handshakeState { break }
+            let n = read(fd, &buffer, buffer.count)
+            guard n > 0 else { break }
+            do { try tls.feed(Array(buffer[0..<n])) } catch { break }
+            try? Self.writeAll(fd, tls.takeOutgoing())
+        }
+        let ended = await a.wait("the connection's end") { e in if case .disconnected = e { true } else { false } }
+        guard case .disconnected(let d)? = ended else { Issue.record("no disconnected event"); return }
+        #expect(d.reason == .identityMismatch, "\(d.reason): \(d.detail)")
+        #expect(!d.wasConnected)
+    }
+
+    static func connectBlocking(port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = port.bigEndian
+        sin.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &sin) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard fd >= 0, rc == 0 else { throw TestSupportError("connect to 127.0.0.1:\(port) failed: errno \(errno)") }
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes[off...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw TestSupportError("write failed: errno \(errno)") }
+            off += n
+        }
+    }
+
+    static func readExactly(_ fd: Int32, _ count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        var off = 0
+        while off < count {
+            let n = out[off...].withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw TestSupportError("read ended after \(off) of \(count) bytes") }
+            off += n
+        }
+        return out
+    }
+
     @Test func plainTextWhenBothRefuseEncryption() async throws {
         let a = try Node("plain-a", encryption: .none), b = try Node("plain-b", encryption: .optional)
         let s = try await b.node.connect(to: a.address)

@@ -141,6 +141,17 @@ import Testing
         #expect(actions.contains(.send(.close(.protocolError, text: e.description))))
     }
 
+    @Test func aCertificateTheHELLODidNotAnnounceIsAnIdentityMismatch() {
+        // TLS's pin (the HELLO's claim) refused the certificate: reported as identity-mismatch.
+        var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .required), role: .listener)
+        _ = m.handle(.start, now: Self.t0)
+        _ = m.handle(.frame(Self.hello(.dialer, enc: .required)), now: Self.t0)
+        #expect(m.state == .securing)
+        let actions = m.handle(.certificateMismatch("certificate pin rejected"), now: Self.t0)
+        #expect(actions.contains(.emit(.disconnected(.identityMismatch, detail: "certificate pin rejected", byPeer: false))))
+        #expect(m.state == .closed(.identityMismatch))
+    }
+
     @Test func thePeersCloseAndTheStreamsEnd() {
         var m = Self.connected(.dialer)
         let actions = m.handle(.frame(.close(.shuttingDown, text: "bye")), now: Self.t0)
