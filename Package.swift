@@ -61,6 +61,13 @@ let package = Package(
         .target(name: "DocGen", dependencies: ["Arguments", "CLI", "Control", "Daemon"]),
         .executableTarget(name: "peerlink-docgen", dependencies: ["DocGen"]),
 
+        // Fuzzing (`make fuzz`, docs/fuzzing.md): one function per decoder of outside input,
+        // shared by the libFuzzer binary and the corpus replay in FuzzTests.
+        .target(name: "FuzzTargets", dependencies: ["Control", "Session", "BLE", "BlueZ", "DBus", "DNSSD", "Daemon"]),
+        // Built with -DFUZZING and -sanitize=fuzzer,address it is a libFuzzer binary (no Swift
+        // main: libFuzzer's); otherwise a small tool that replays files through a target.
+        .executableTarget(name: "peerlink-fuzz", dependencies: ["FuzzTargets"]),
+
         // Helpers for tests: a private dbus-daemon, running external tools.
         .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),
 
@@ -76,6 +83,7 @@ let package = Package(
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
         .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
+        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets", "DBus", "Session"]),
         .testTarget(name: "DocGenTests", dependencies: ["DocGen", "CLI", "Daemon", "Arguments", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
