@@ -64,9 +64,12 @@ let package = Package(
         // Fuzzing (`make fuzz`, docs/fuzzing.md): one function per decoder of outside input,
         // shared by the libFuzzer binary and the corpus replay in FuzzTests.
         .target(name: "FuzzTargets", dependencies: ["Control", "Session", "BLE", "BlueZ", "DBus", "DNSSD", "Daemon"]),
-        // Built with -DFUZZING and -sanitize=fuzzer,address it is a libFuzzer binary (no Swift
-        // main: libFuzzer's); otherwise a small tool that replays files through a target.
-        .executableTarget(name: "peerlink-fuzz", dependencies: ["FuzzTargets"]),
+        // Built with -DFUZZING and -sanitize=fuzzer,address it is a libFuzzer binary (its entry
+        // point runs libFuzzer's driver); otherwise a small tool that replays files through a target.
+        .executableTarget(name: "peerlink-fuzz", dependencies: ["FuzzTargets", "CLibFuzzer"]),
+        // libFuzzer's LLVMFuzzerRunDriver, declared (module map + header only; linked by
+        // -sanitize=fuzzer, referenced only in that build).
+        .systemLibrary(name: "CLibFuzzer"),
 
         // Helpers for tests: a private dbus-daemon, running external tools.
         .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),

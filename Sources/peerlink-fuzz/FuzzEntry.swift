@@ -1,10 +1,12 @@
 // The fuzzing binary, in two builds (docs/fuzzing.md):
 //
-// - `make fuzz` builds it with `-DFUZZING -sanitize=fuzzer,address`: libFuzzer supplies
-//   `main` and calls `LLVMFuzzerTestOneInput` below; this file must then define no Swift
-//   entry point, which is why it is not called main.swift (SwiftPM compiles a lone file of
-//   another name with -parse-as-library) and why `@main` is only in the other branch. The
-//   target is named by PEERLINK_FUZZ_TARGET, read once in `LLVMFuzzerInitialize`.
+// - `make fuzz` builds it with `-DFUZZING -sanitize=fuzzer,address`: a libFuzzer binary.
+//   SwiftPM links every Linux executable with `--defsym main=peerlink_fuzz_main` (so tests
+//   can link executable modules) and the module's entry point is compiled under that name.
+//   libFuzzer's own `main` therefore cannot be used (the link fails on the missing
+//   `peerlink_fuzz_main` when the file has no Swift entry point), so this build defines
+//   `peerlink_fuzz_main` itself and hands over to libFuzzer's driver, `LLVMFuzzerRunDriver`,
+//   with the target body as the callback. The target is named by PEERLINK_FUZZ_TARGET.
 // - An ordinary `swift build` makes it a replay tool: `peerlink-fuzz TARGET FILE...` runs
 //   each file through the target once and says which property failed, so a crash found by
 //   the fuzzer can be looked at in a debug build, under a debugger, without libFuzzer;
@@ -22,26 +24,32 @@ func printError(_ text: String) {
 }
 
 #if FUZZING
+import CLibFuzzer
 
 /// The target chosen at start-up; the fuzzer calls only this one.
 nonisolated(unsafe) private var selected: FuzzTarget?
 
-@_cdecl("LLVMFuzzerInitialize")
-public func fuzzerInitialize(_ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>) -> Int32 {
-    // "list": the names, one a line, for scripts/fuzz.sh (libFuzzer owns the command line).
+/// The process's `main` (see above): picks the target, then runs libFuzzer's driver, which
+/// parses libFuzzer's options from the command line as its own `main` would.
+@_cdecl("peerlink_fuzz_main")
+public func fuzzMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> Int32 {
+    // "list": the names, one a line, for scripts/fuzz.sh.
     if let raw = getenv("PEERLINK_FUZZ_TARGET"), String(cString: raw) == "list" {
         for t in FuzzTarget.all { print(t.name) }
-        exit(0)
+        return 0
     }
     guard let raw = getenv("PEERLINK_FUZZ_TARGET"), let target = FuzzTarget.named(String(cString: raw)) else {
         let names = FuzzTarget.all.map(\.name).joined(separator: " ")
         printError("peerlink-fuzz: set PEERLINK_FUZZ_TARGET to one of: \(names)\n")
-        exit(2)
+        return 2
     }
     selected = target
-    return 0
+    var count = argc
+    var arguments: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = argv
+    return LLVMFuzzerRunDriver(&count, &arguments, fuzzerTestOneInput)
 }
 
+/// One input (also exported under libFuzzer's conventional name, for other drivers).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     let bytes = size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size))
