@@ -6,8 +6,9 @@ internal import CDBus
 /// then through the same `Codec.decode` every received reply and signal goes through, so
 /// what is fuzzed here is what bluetoothd and avahi-daemon's messages meet.
 extension BusMessage {
-    /// The message in `bytes` (one whole message in either byte order), decoded; nil when
-    /// libdbus rejects it, with libdbus's reason.
+    /// The message in `bytes` (one whole message in either byte order), decoded; a failure
+    /// when libdbus rejects it (with libdbus's reason) or its type is unknown (ignored, as
+    /// the connection ignores it).
     package static func demarshal(_ bytes: [UInt8]) -> Result<BusMessage, BusError> {
         var error = DBusError()
         dbus_error_init(&error)
@@ -23,6 +24,10 @@ extension BusMessage {
             return .failure(BusError(name: name, message: text))
         }
         defer { dbus_message_unref(msg) }
+        // As the connection's filter does: a type this side does not know is not decoded.
+        guard Codec.kind(of: msg) != nil else {
+            return .failure(BusError(name: BusError.failed, message: "message type \(dbus_message_get_type(msg)) is not one this side knows"))
+        }
         return .success(Codec.decode(msg))
     }
 
