@@ -13,10 +13,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# The toolchain lives in /opt/swift on these machines (as in the Makefile).
+export PATH=$PATH:/opt/swift/usr/bin
 SWIFT=${SWIFT:-swift}
 SECONDS_EACH=${FUZZ_SECONDS:-120}
 BUILD=.build/fuzz
 BIN=$BUILD/release/peerlink-fuzz
+
+# libFuzzer ships with the swift.org toolchain (compiler-rt), not with every Swift install.
+toolchain=$(dirname "$(command -v "$SWIFT")")/..
+if ! ls "$toolchain"/lib/clang/*/lib/linux/libclang_rt.fuzzer_no_main-*.a >/dev/null 2>&1 \
+   && ! ls "$toolchain"/lib/swift/clang/lib/linux/libclang_rt.fuzzer_no_main-*.a >/dev/null 2>&1; then
+    echo "fuzz: no libFuzzer (libclang_rt.fuzzer*) in $toolchain; install a swift.org toolchain (it includes compiler-rt's libFuzzer)" >&2
+    exit 2
+fi
 
 # One build for every target, in its own build path so it never disturbs the debug build.
 # -DFUZZING removes the binary's Swift main (libFuzzer brings its own; see FuzzEntry.swift);
