@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
 
-.PHONY: build release deps deps-lab unit lab check demo bench man install uninstall clean help
+.PHONY: build release deps deps-lab unit lab check demo bench man fuzz install uninstall clean help
 
 help:
 	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
@@ -18,6 +18,7 @@ help:
 	@echo "make lab      lab tests only (boots the VM; LAB=scenario-name to run one)"
 	@echo "make bench    benchmarks in the lab (release build): ours against the baselines, as ratios"
 	@echo "make build    debug build;  make release: optimised build"
+	@echo "make fuzz     libFuzzer on every decoder of outside input (FUZZ_SECONDS=120 each, FUZZ_TARGETS=...)"
 	@echo "make man      regenerate docs/man/* and docs/completions/* from the command and config tables"
 	@echo "make install  install binaries, man pages, completions, systemd unit, udev rules, example config (as root)"
 
@@ -57,6 +58,12 @@ bench: deps-lab
 	LAB_TIMEOUT=$${LAB_TIMEOUT:-3600} PEERLINK_BIN=$$($(SWIFT) build -c release --show-bin-path) LAB_RESULTS_DIR=$$results \
 	  Tests/Lab/run.sh Tests/Lab/bench/[0-9]*.sh; rc=$$?; \
 	/usr/bin/python3 Tests/Lab/bench/summary.py $$results || rc=1; exit $$rc
+
+# Every fuzz target for FUZZ_SECONDS (default 120) each, or those in FUZZ_TARGETS; prints
+# executions, exec/s, coverage and crashes per target, and fails naming any that crashed.
+# The corpora are replayed (no fuzzing) by the unit tests, so by make check. docs/fuzzing.md.
+fuzz: deps
+	SWIFT=$(SWIFT) scripts/fuzz.sh
 
 # Man pages and shell completions, generated from the tables the binaries use (the CLI's
 # command table, peerlinkd's options, the configuration keys). They are committed;

@@ -61,6 +61,16 @@ let package = Package(
         .target(name: "DocGen", dependencies: ["Arguments", "CLI", "Control", "Daemon"]),
         .executableTarget(name: "peerlink-docgen", dependencies: ["DocGen"]),
 
+        // Fuzzing (`make fuzz`, docs/fuzzing.md): one function per decoder of outside input,
+        // shared by the libFuzzer binary and the corpus replay in FuzzTests.
+        .target(name: "FuzzTargets", dependencies: ["Control", "Session", "BLE", "BlueZ", "DBus", "DNSSD", "Daemon"]),
+        // Built with -DFUZZING and -sanitize=fuzzer,address it is a libFuzzer binary (its entry
+        // point runs libFuzzer's driver); otherwise a small tool that replays files through a target.
+        .executableTarget(name: "peerlink-fuzz", dependencies: ["FuzzTargets", "CLibFuzzer"]),
+        // libFuzzer's LLVMFuzzerRunDriver, declared (module map + header only; linked by
+        // -sanitize=fuzzer, referenced only in that build).
+        .systemLibrary(name: "CLibFuzzer"),
+
         // Helpers for tests: a private dbus-daemon, running external tools.
         .target(name: "TestSupport", dependencies: ["SystemKit"], path: "Tests/Support"),
 
@@ -76,6 +86,7 @@ let package = Package(
         .testTarget(name: "SessionTests", dependencies: ["Session"]),
         .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
+        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets", "DBus", "Session"]),
         .testTarget(name: "DocGenTests", dependencies: ["DocGen", "CLI", "Daemon", "Arguments", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

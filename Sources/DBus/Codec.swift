@@ -202,16 +202,23 @@ enum Codec {
         p.map { String(cString: $0) }
     }
 
-    /// The header of `msg` without its body (cheap: for routing decisions).
-    static func decodeHeader(_ msg: OpaquePointer) -> BusMessage {
-        let kind: BusMessage.Kind
+    /// The kind of `msg`; nil for a message type this side does not know. libdbus accepts
+    /// those (the specification says to ignore them), so every reader checks this first:
+    /// such a message was once decoded as a signal without path, interface or member.
+    static func kind(of msg: OpaquePointer) -> BusMessage.Kind? {
         switch dbus_message_get_type(msg) {
-        case DBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
-        case DBUS_MESSAGE_TYPE_METHOD_RETURN: kind = .methodReturn
-        case DBUS_MESSAGE_TYPE_ERROR: kind = .error
-        default: kind = .signal
+        case DBUS_MESSAGE_TYPE_METHOD_CALL: .methodCall
+        case DBUS_MESSAGE_TYPE_METHOD_RETURN: .methodReturn
+        case DBUS_MESSAGE_TYPE_ERROR: .error
+        case DBUS_MESSAGE_TYPE_SIGNAL: .signal
+        default: nil
         }
-        var m = BusMessage(kind: kind)
+    }
+
+    /// The header of `msg` without its body (cheap: for routing decisions); `msg` is of a
+    /// known kind (`kind(of:)`).
+    static func decodeHeader(_ msg: OpaquePointer) -> BusMessage {
+        var m = BusMessage(kind: kind(of: msg) ?? .signal)
         m.serial = dbus_message_get_serial(msg)
         let r = dbus_message_get_reply_serial(msg)
         m.replySerial = r == 0 ? nil : r

@@ -198,6 +198,8 @@ extension BusConnection {
 
     /// The filter every incoming message passes through. On the queue.
     func filter(_ msg: OpaquePointer) -> DBusHandlerResult {
+        // A message type this side does not know is ignored, as the specification says.
+        guard Codec.kind(of: msg) != nil else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let header = Codec.decodeHeader(msg)
         switch header.kind {
         case .methodReturn, .error:

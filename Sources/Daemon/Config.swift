@@ -224,7 +224,7 @@ public struct DaemonConfig: Sendable, Equatable {
     }
 
     /// Checks size and UTF-8 before parsing raw file contents.
-    static func parse(bytes: [UInt8], file: String) throws(ConfigError) -> DaemonConfig {
+    package static func parse(bytes: [UInt8], file: String) throws(ConfigError) -> DaemonConfig {
         guard bytes.count <= maximumFileSize else {
             throw ConfigError(file: file, reason: "the file is larger than 1 MiB")
         }

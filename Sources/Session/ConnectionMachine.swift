@@ -138,10 +138,12 @@ public struct ConnectionMachine: Sendable {
         guard let common = Set(h.versions).intersection(config.versions).max() else {
             return fail(.versionMismatch, "no common version: the peer speaks \(h.versions), this side \(config.versions)", now, &out)
         }
-        version = common
         guard let tls = EncryptionPreference.agreement(config.encryption, h.encryption) else {
             return fail(.encryptionMismatch, "this side's encryption is \(config.encryption), the peer's \(h.encryption)", now, &out)
         }
+        // Only an accepted HELLO sets what the session uses: a rejected one changes nothing
+        // but the close (the fuzz target checks it).
+        version = common
         encrypted = tls
         out.append(.emit(.hello(h)))
         if tls {

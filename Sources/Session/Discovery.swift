@@ -25,6 +25,12 @@ public struct DiscoveredRecord: Sendable, Hashable {
             guard !key.isEmpty, key.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else {
                 throw bad("entry \(i) has an empty or non-ASCII key")
             }
+            // A key alone reads as key="" and is published as "key=": that must fit an entry
+            // too, or a record this side accepts is one it could not publish (only a lone
+            // 255-byte key breaks it).
+            guard key.count < SessionValidation.maxTXTEntry else {
+                throw bad("entry \(i) is a key of \(key.count) bytes without a value; as key= it would be over 255 bytes")
+            }
             let value = entry.count > key.count ? Array(entry[(key.count + 1)...]) : []
             guard let text = String(validating: value, as: UTF8.self) else {
                 throw bad("the value of \"\(String(decoding: key, as: UTF8.self))\" is not UTF-8")

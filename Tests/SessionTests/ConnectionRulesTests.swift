@@ -105,6 +105,18 @@ import Testing
         #expect(first(Self.hello(.listener), expected: Fixtures.peer(3), role: .dialer) == .identityMismatch)
     }
 
+    /// Found by the connection-machine fuzz target (Tests/Fuzz/regressions/connection-machine):
+    /// a HELLO refused for its encryption had already set the session's version.
+    @Test func aRejectedHelloSetsNoVersionOrEncryption() {
+        for (ours, theirs) in [(EncryptionPreference.none, EncryptionPreference.required), (.required, .none)] {
+            var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: ours), role: .listener)
+            _ = m.handle(.start, now: Self.t0)
+            let actions = m.handle(.frame(Self.hello(.dialer, enc: theirs)), now: Self.t0)
+            #expect(Self.drop(actions).0 == .encryptionMismatch)
+            #expect(m.version == nil && m.encrypted == nil)
+        }
+    }
+
     @Test func theCertificateMustMatchHello() {
         var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .required), role: .listener)
         _ = m.handle(.start, now: Self.t0)

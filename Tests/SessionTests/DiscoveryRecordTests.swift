@@ -55,4 +55,19 @@ import Testing
                                               Array("k=".utf8) + Array(repeating: 0x61, count: 300)])
         }
     }
+
+    /// Found by the discovery-record fuzz target (Tests/Fuzz/regressions/discovery-record): a
+    /// lone 255-byte key parsed, but re-published as "key=" it is 256 bytes, which
+    /// `discoveryInfo` refuses. A 254-byte lone key and a 255-byte "key=value" still parse.
+    @Test func aRecordThatParsesCanBePublishedAgain() throws {
+        let head = [Array("pv=1".utf8), Array("pid=\(Self.peer.text)".utf8), Array("pn=b".utf8)]
+        #expect(throws: ValidationError.self) {
+            _ = try DiscoveredRecord(entries: head + [[UInt8](repeating: 0x6B, count: 255)])
+        }
+        for entry in [[UInt8](repeating: 0x6B, count: 254), Array("k=".utf8) + [UInt8](repeating: 0x61, count: 253)] {
+            let record = try DiscoveredRecord(entries: head + [entry])
+            let published = try SessionValidation.discoveryInfo(record.info, peerID: record.peer, displayName: record.displayName)
+            #expect(try DiscoveredRecord(entries: published.entries.map { Array($0.utf8) }) == record)
+        }
+    }
 }
