@@ -406,7 +406,7 @@ def cmd_slow(a):
                 chunk = b""
             if not chunk:
                 print_frames(got)
-                say(f"CLOSED-AFTER {time.monotonic() - t0:.2f} sent={sent}")
+                say(f"CLOSED-AFTER {time.monotonic() - t0:.2f} sent={sent} at-ms={int(time.time() * 1000)}")
                 return
             got += chunk
     print_frames(got)
@@ -452,6 +452,7 @@ def cmd_flood(a):
         ep.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
     closed = set()
     refused = 0
+    last_close = 0.0
     deadline = t0 + a.timeout
     while len(closed) < len(socks) and time.monotonic() < deadline:
         for fd, ev in ep.poll(0.5):
@@ -470,8 +471,9 @@ def cmd_flood(a):
             if not data:
                 closed.add(fd)
                 ep.unregister(fd)
+                last_close = time.time()
     dt = time.monotonic() - t0
-    say(f"CLOSED-BY-DAEMON {len(closed)}/{len(socks)} after {dt:.2f} s (refused {refused})")
+    say(f"CLOSED-BY-DAEMON {len(closed)}/{len(socks)} after {dt:.2f} s (refused {refused}) last-at-ms={int(last_close * 1000)}")
     for s in socks:
         s.close()
     if len(closed) < len(socks):
