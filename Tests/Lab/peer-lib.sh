@@ -186,22 +186,7 @@ peer_net_avahi() {
     rm -rf "$dir"; mkdir -p "$dir"
     spawn "bus-$n" dbus-daemon --system --nofork --nopidfile --address="$(peer_bus "$n")"
     wait_for 30 busctl --address="$(peer_bus "$n")" status || fail "host $n's bus did not start: $(cat "$(log_of "bus-$n")")"
-    cat >"$dir/avahi-daemon.conf" <<CONF
-[server]
-host-name=pl-peer$n
-use-ipv4=yes
-use-ipv6=no
-allow-interfaces=pl0
-ratelimit-interval-usec=1000000
-ratelimit-burst=1000
-[wide-area]
-enable-wide-area=no
-[publish]
-publish-hinfo=no
-publish-workstation=no
-[reflector]
-[rlimits]
-CONF
+    avahi_conf "$dir/avahi-daemon.conf" pl-peer$n pl0
     spawn "avahi-$n" env DBUS_SYSTEM_BUS_ADDRESS="$(peer_bus "$n")" ip netns exec "plpeer$n" sh -c \
         'mount -t tmpfs tmpfs /run/avahi-daemon && exec avahi-daemon --no-drop-root --no-chroot --no-rlimits -f "$1"' \
         sh "$dir/avahi-daemon.conf"

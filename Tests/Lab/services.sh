@@ -177,16 +177,16 @@ lab_setup_dummy0() {
         ip addr add "$LAB_DUMMY_ADDR/16" dev dummy0
 }
 
-# The lab's avahi config: dummy0 only, IPv4 only, a fixed host name, so a
-# published service is seen exactly once (one interface, one protocol).
-_lab_avahi_conf() {
-    mkdir -p "$LAB_RUN"
-    cat >"$LAB_RUN/avahi-daemon.conf" <<CONF
+# avahi_conf FILE HOST INTERFACE: an avahi-daemon config on one interface, IPv4 only, with a
+# fixed host name, so a published service is seen exactly once (one interface, one
+# protocol); the lab's own daemon and each network-namespace host of a scenario use it.
+avahi_conf() {
+    cat >"$1" <<CONF
 [server]
-host-name=$LAB_AVAHI_HOST
+host-name=$2
 use-ipv4=yes
 use-ipv6=no
-allow-interfaces=dummy0
+allow-interfaces=$3
 ratelimit-interval-usec=1000000
 ratelimit-burst=1000
 [wide-area]
@@ -197,6 +197,12 @@ publish-workstation=no
 [reflector]
 [rlimits]
 CONF
+}
+
+# The lab's avahi config: dummy0 only.
+_lab_avahi_conf() {
+    mkdir -p "$LAB_RUN"
+    avahi_conf "$LAB_RUN/avahi-daemon.conf" "$LAB_AVAHI_HOST" dummy0
 }
 
 lab_start_avahi() {

@@ -51,22 +51,7 @@ for n in 1 2; do
     note "host $n: its own system bus"
     spawn bus-$n dbus-daemon --system --nofork --nopidfile --address="$(bus_of "$n")"
     wait_for 30 busctl --address="$(bus_of "$n")" status >/dev/null 2>&1 || fail "bus $n did not start: $(cat "$(log_of bus-$n)")"
-    cat >"$NET/ns$n/avahi-daemon.conf" <<CONF
-[server]
-host-name=pl-net$n
-use-ipv4=yes
-use-ipv6=no
-allow-interfaces=plveth$n
-ratelimit-interval-usec=1000000
-ratelimit-burst=1000
-[wide-area]
-enable-wide-area=no
-[publish]
-publish-hinfo=no
-publish-workstation=no
-[reflector]
-[rlimits]
-CONF
+    avahi_conf "$NET/ns$n/avahi-daemon.conf" pl-net$n plveth$n
     note "host $n: avahi-daemon in plns$n"
     # ip netns exec gives the command its own mount namespace: a tmpfs on
     # /run/avahi-daemon there hides the lab's avahi-daemon pid file and socket.
