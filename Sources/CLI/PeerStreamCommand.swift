@@ -40,16 +40,7 @@ enum PeerStreamCommand {
     static func run(_ context: CommandContext) throws(CLIError) -> Int32 {
         let v = context.values
         let hex = v.flag("hex")
-        var input: Int32 = 0
-        var source = "standard input"
-        if let path = v.string("from"), path != "-" {
-            do {
-                input = try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
-            } catch {
-                throw .failure("cannot open \(path): \((error as? SystemError)?.reason ?? "\(error)")", exitCode: 1)
-            }
-            source = path
-        }
+        let (input, source) = try PeripheralCommands.openInput(v.string("from"))
         defer { if input != 0 { closeQuietly(input) } }
         let client = try context.connect()
         defer { client.close() }

@@ -123,21 +123,22 @@ enum PeripheralCommands {
         arguments: [Positional("uuid", parser: .localUUID, help: "The characteristic UUID.")],
         action: .custom(runStream))
 
+    /// The input of a streaming command: `--from FILE` opened for reading, or standard input
+    /// (descriptor 0, also for "-"); with the name to use in messages. `gatt stream` and
+    /// `peer stream` read their values or messages through it.
+    static func openInput(_ path: String?) throws(CLIError) -> (fd: Int32, source: String) {
+        guard let path, path != "-" else { return (0, "standard input") }
+        do {
+            return (try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }, path)
+        } catch {
+            throw .failure("cannot open \(path): \((error as? SystemError)?.reason ?? "\(error)")", exitCode: 1)
+        }
+    }
+
     static func runStream(_ context: CommandContext) throws(CLIError) -> Int32 {
         let v = context.values
         let hex = v.flag("hex")
-        var input: Int32 = 0
-        var source = "standard input"
-        if let path = v.string("from"), path != "-" {
-            do {
-                input = try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
-            } catch let e as SystemError {
-                throw .failure("cannot open \(path): \(e.reason)", exitCode: 1)
-            } catch {
-                throw .failure("cannot open \(path): \(error)", exitCode: 1)
-            }
-            source = path
-        }
+        let (input, source) = try openInput(v.string("from"))
         defer { if input != 0 { closeQuietly(input) } }
         var p: [String: JSONValue] = ["uuid": .string(v.string("uuid") ?? "")]
         if let a = v.string("app") { p["app"] = .string(a) }
