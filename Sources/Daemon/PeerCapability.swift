@@ -201,20 +201,10 @@ final class PeerCapability: DaemonCapability {
             throw RPCError(code: RPCErrorCode.notFound, message: "peer \(peer.shortText) has not been found by a browse (peer.browse first, or peer.connect HOST:PORT)",
                            data: ["kind": "not-found", "what": "peer", "id": .string(peer.hex)])
         }
-        var last: RPCError?
-        for target in targets {
-            do {
-                let s = try await rpc {
-                    try await node.connect(to: target, context: invitation, timeout: .milliseconds(Int64(timeout * 1000)), expected: peer)
-                }
-                return Self.json(s)
-            } catch {
-                // Unreachable at this address: the next one. Refused (declined, timed out): the answer.
-                guard error.data?["kind"] == "unreachable" else { throw error }
-                last = error
-            }
+        let s = try await rpc {
+            try await node.connect(toFirstOf: targets, context: invitation, timeout: .milliseconds(Int64(timeout * 1000)), expected: peer)
         }
-        throw last ?? .internalError("no address")
+        return Self.json(s)
     }
 
     func attach(_ session: BusSession) async {}

@@ -256,6 +256,24 @@ public final class PeerNode: Sendable {
         throw PeerError.unreachable(target.description, "\(lastError)")
     }
 
+    /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it
+    /// was last reached) until one is reached: a target that cannot be reached is passed over;
+    /// any other failure (declined, timed out, refused) is the answer. With none reached, the
+    /// last `unreachable` error.
+    public func connect(toFirstOf targets: [HostPort], context: [UInt8] = [], timeout: Duration = .seconds(30),
+                        expected: PeerID? = nil) async throws -> PeerSummary {
+        var last = PeerError.unreachable(expected?.shortText ?? "the peer", "no address known")
+        for target in targets {
+            do {
+                return try await connect(to: target, context: context, timeout: timeout, expected: expected)
+            } catch let e as PeerError {
+                guard case .unreachable = e else { throw e }
+                last = e
+            }
+        }
+        throw last
+    }
+
     /// Answers an invitation (by its connection number).
     public func answer(invitation id: UInt64, accept: Bool) throws {
         guard let (inv, c) = state.withLock({ s -> (PeerInvitation, PeerConnection)? in
@@ -511,18 +529,14 @@ public final class PeerNode: Sendable {
     }
 
     private func redial(_ peer: PeerID, _ targets: [HostPort]) async {
-        for target in targets {
-            do {
-                _ = try await connect(to: target, expected: peer)
-                return
-            } catch PeerError.unreachable(_, let why) {
-                logger.info("a trusted peer is not reachable there", ["peer.id": peer.shortText, "address": target.description, "why": why])
-            } catch {
-                // A connection existed and ended: its close scheduled the next attempt.
-                return
-            }
+        do {
+            _ = try await connect(toFirstOf: targets, expected: peer)
+        } catch PeerError.unreachable(let target, let why) {
+            logger.info("a trusted peer is not reachable", ["peer.id": peer.shortText, "address": target, "why": why])
+            apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
+        } catch {
+            // A connection existed and ended: its close scheduled the next attempt.
         }
-        apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
     }
 
     /// How long a `connect` whose connection lost the tie-break waits for the other one.
