@@ -88,7 +88,12 @@ public enum TCPSocket {
     /// with IPv4 mapped in (one socket for both), or IPv4 alone where IPv6 is off. `loopback`:
     /// `127.0.0.1` only (tests; IPv4's loopback is there even where IPv6 is off). Returns the
     /// descriptor and the port it listens on.
-    public static func listen(port: UInt16, loopback: Bool = false, backlog: Int32 = 128) throws -> (fd: Int32, port: UInt16) {
+    ///
+    /// The accept queue is as long as the kernel allows (it caps `backlog` at
+    /// `net.core.somaxconn`, 4096 by default since Linux 5.4): a handshake completed while the
+    /// queue is full is dropped, and after a SYN cookie the client then believes it is connected
+    /// while the listener never sees it, so a burst of peers must fit the queue.
+    public static func listen(port: UInt16, loopback: Bool = false, backlog: Int32 = 4096) throws -> (fd: Int32, port: UInt16) {
         if loopback { return try listen(family: AF_INET, port: port, loopback: true, backlog: backlog) }
         do {
             return try listen(family: AF_INET6, port: port, loopback: loopback, backlog: backlog)

@@ -97,6 +97,13 @@ peer_sessions() {
 # rss_kb PID / fd_count PID: VmRSS (kB) and open descriptors of a process, from /proc.
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 fd_count() { ls "/proc/$1/fd" | wc -l; }
+# tcp_listen_drops: the kernel's count (this network namespace, since boot) of handshakes it
+# completed but dropped because a listener's accept queue was full. A client whose final ACK
+# is dropped that way after a SYN cookie believes it is connected while no listener ever sees
+# the connection, so a burst must fit the queue.
+tcp_listen_drops() {
+    awk '/^TcpExt:/ { if (!h) { split($0, k); h = 1 } else { split($0, v); for (i in k) if (k[i] == "ListenDrops") print v[i] } }' /proc/net/netstat
+}
 
 # ---- network namespaces ---------------------------------------------------------------------
 # plpeer1..N: one namespace per daemon, each with one interface pl0 (10.77.0.N/24) and lo.
