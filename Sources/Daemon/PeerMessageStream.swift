@@ -111,20 +111,20 @@ final class PeerMessageStream: Sendable {
 
     // MARK: Client → peer
 
-    /// One batch of packets, sent in order while reading waits (back-pressure).
+    /// One batch of packets, sent in order while reading waits (back-pressure); queued
+    /// together, so small messages share TLS records and writes.
     private func send(_ batch: [[UInt8]]) {
         channel.pauseReading()
         Task {
-            for packet in batch {
-                guard packet.count <= maxMessage else {
-                    return finish(.tooLarge("the client wrote a packet of \(packet.count) bytes; a message on this stream is at most \(maxMessage)"))
-                }
-                do {
-                    _ = try await node.send(packet, to: [peer], reliable: true, wait: true)
-                } catch {
-                    return finish(.sessionEnded("\(error)"))
-                }
-                state.withLock { $0.counts.sent += 1 }
+            let fitting = batch.prefix { $0.count <= maxMessage }
+            do {
+                try await node.send(messages: Array(fitting), to: peer)
+            } catch {
+                return finish(.sessionEnded("\(error)"))
+            }
+            state.withLock { $0.counts.sent += fitting.count }
+            if fitting.count < batch.count {
+                return finish(.tooLarge("the client wrote a packet of \(batch[fitting.count].count) bytes; a message on this stream is at most \(maxMessage)"))
             }
             channel.resumeReading()
         }

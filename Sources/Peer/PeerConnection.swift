@@ -127,7 +127,31 @@ public final class PeerConnection: Sendable {
     /// are over their bound (nothing was queued, no id taken; `room(for:)` says when to try
     /// again), or `.refused` (not connected, too large).
     public func send(message: [UInt8]) -> SendResult {
-        sending { s in s.machine.send(message: message, into: &s.scheduler) }
+        send(messages: CollectionOfOne(message)).result
+    }
+
+    /// Queues reliable messages in order, as many as the lanes take, then writes them
+    /// together (a data stream's batch: one TLS record and one write for many small
+    /// messages). `queued`: how many were taken; `result`: `.queued` when all were, else what
+    /// the first one not taken got (`.busy`: nothing of it was queued; try it again after
+    /// `room(for:)`).
+    public func send(messages: some Collection<[UInt8]>) -> (queued: Int, result: SendResult) {
+        let (queued, result, waiters) = state.withLock { s -> (Int, SendResult, [RoomWaiter]) in
+            if s.closed { return (0, .refused("the connection is closed"), []) }
+            var n = 0
+            var result = SendResult.queued
+            for m in messages {
+                result = s.machine.send(message: m, into: &s.scheduler)
+                guard result == .queued else { break }
+                n += 1
+            }
+            guard n > 0 else { return (0, result, []) }
+            // Written from the caller's thread, as `Channel.send` does: no hop per message.
+            pump(&s)
+            return (n, result, roomForWaiters(&s))
+        }
+        for w in waiters { w.resume(true) }
+        return (queued, result)
     }
 
     /// Queues an unreliable datagram now: `.queued`, or `.dropped` (counted) when its lane
@@ -328,16 +352,32 @@ public final class PeerConnection: Sendable {
 
     /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
     /// allows (then `roomForWaiters` says which senders may try again).
+    /// Frames written together, at most (then the channel's room is checked again): one TLS
+    /// record's worth, so small frames share a record and a write instead of one each.
+    static let writeBatchBytes = 16_384
+
     private func pump(_ s: inout State) {
+        var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
               let frame = s.machine.nextFrame(from: &s.scheduler) {
-            write(frame, &s)
+            do {
+                try FrameEncoder.append(frame, to: &batch)
+            } catch {
+                // The machine builds only valid frames; an invalid one is a bug, said loudly.
+                logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
+                continue
+            }
             if case .close = frame {
                 // CLOSE is the last frame: what is still queued will never go.
                 s.closeWritten = true
                 s.scheduler = SendScheduler(maxQueuedBytes: s.scheduler.maxQueuedBytes)
             }
+            if batch.count >= Self.writeBatchBytes {
+                write(batch, &s)
+                batch = []
+            }
         }
+        write(batch, &s)
         if !s.closed, !s.stalled.isEmpty || !channel.hasRoom { waitForChannel(&s) }
     }
 
@@ -351,20 +391,14 @@ public final class PeerConnection: Sendable {
         return ready
     }
 
-    private func write(_ frame: Frame, _ s: inout State) {
-        let bytes: [UInt8]
+    /// Encoded frames to the transport: through TLS when the session has it.
+    private func write(_ frames: [UInt8], _ s: inout State) {
+        guard !frames.isEmpty else { return }
+        guard let tls = s.tls else { return transmit(frames, &s) }
         do {
-            bytes = try FrameEncoder.encode(frame)
+            try tls.write(frames)
         } catch {
-            // The machine builds only valid frames; an invalid one is a bug, said loudly.
-            logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
-            return
-        }
-        guard let tls = s.tls else { return transmit(bytes, &s) }
-        do {
-            try tls.write(bytes)
-        } catch {
-            logger.warning("TLS refused a frame", ["peer.connection": "\(id)", "error": "\(error)"])
+            logger.warning("TLS refused frames", ["peer.connection": "\(id)", "error": "\(error)"])
             return
         }
         transmit(tls.takeOutgoing(), &s)

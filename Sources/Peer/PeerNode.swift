@@ -318,6 +318,29 @@ public final class PeerNode: Sendable {
         return targets.map(\.0)
     }
 
+    /// Sends reliable messages to `peer`, in order, waiting for room whenever its queue is
+    /// over its bound (a data stream's batch): each pass queues what the lanes take and writes
+    /// it together.
+    public func send(messages: [[UInt8]], to peer: PeerID) async throws {
+        guard let c = state.withLock({ s in s.table.connection(for: peer).flatMap { s.connections[$0] } }) else {
+            throw PeerError.notConnected(peer.shortText)
+        }
+        var rest = messages[...]
+        while !rest.isEmpty {
+            let (queued, result) = c.send(messages: rest)
+            rest = rest.dropFirst(queued)
+            switch result {
+            case .queued, .dropped:
+                continue
+            case .busy:
+                guard let next = rest.first, await c.room(for: next.count) else { throw PeerError.notConnected(peer.shortText) }
+            case .refused(let why):
+                logger.debug("a send was refused", ["peer.id": peer.shortText, "why": why])
+                throw PeerError.notConnected(peer.shortText)
+            }
+        }
+    }
+
     /// Holds back (true) or returns (false) the flow-control credit for messages from `peer`:
     /// for a consumer that cannot take more messages now (a data stream whose client does
     /// not read). The messages already under way still arrive, then the peer's window runs

@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Glibc
+import Synchronization
 import SystemKit
 import Testing
 import TestSupport
@@ -14,6 +15,10 @@ struct EchoPair {
     static let path: ObjectPath = "/org/peerlink/test/echo"
     static let iface = "org.peerlink.Test"
 
+    /// Calls of `Never` the server holds unanswered (the pair never answers them: a test that
+    /// needs a call to stay pending must not depend on how soon it acts after sending it).
+    let held = HeldReplies()
+
     init() async throws {
         bus = try PrivateBus()
         server = try await BusConnection.connect(.address(bus.address), label: "server")
@@ -25,10 +30,7 @@ struct EchoPair {
         let fail = MethodSpec.async("Fail", inputs: [("name", "s")]) { call in
             throw BusError(name: call.arguments[0].string!, message: "asked to fail")
         }
-        let never = MethodSpec("Never") { _, reply in
-            // Keep the reply unanswered for a while, then answer late.
-            DispatchQueue.global().asyncAfter(deadline: .now() + 2) { reply.succeed() }
-        }
+        let never = MethodSpec("Never") { [held] _, reply in held.keep(reply) }
         try server.export(Self.path, interfaces: [InterfaceSpec(Self.iface, methods: [echo, fail, never])])
     }
 
@@ -37,6 +39,22 @@ struct EchoPair {
                                       member: "Echo", [.variant(v)])
         guard r.count == 1, case .variant(let out) = r[0] else { throw TestSupportError("bad echo reply \(r)") }
         return out
+    }
+}
+
+/// The replies of calls the server keeps unanswered, and how many arrived.
+final class HeldReplies: Sendable {
+    private let replies = Mutex<[MethodReply]>([])
+
+    func keep(_ reply: MethodReply) { replies.withLock { $0.append(reply) } }
+
+    /// Waits until the server holds `n` calls (throws after 10 s).
+    func wait(for n: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while replies.withLock({ $0.count }) < n {
+            guard ContinuousClock.now < deadline else { throw TestSupportError("the server did not get the call") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
     }
 }
 
@@ -172,7 +190,7 @@ struct EchoPair {
             try await pair.client.call(destination: pair.server.uniqueName, path: EchoPair.path, interface: EchoPair.iface,
                                        member: "Never", timeout: .seconds(20))
         }
-        try await Task.sleep(for: .milliseconds(100))
+        try await pair.held.wait(for: 1)
         t.cancel()
         await #expect(throws: CancellationError.self) { _ = try await t.value }
         #expect(pair.client.pendingCallCount == 0)
@@ -209,7 +227,7 @@ struct EchoPair {
             try await pair.client.call(destination: pair.server.uniqueName, path: EchoPair.path, interface: EchoPair.iface,
                                        member: "Never", timeout: .seconds(20))
         }
-        try await Task.sleep(for: .milliseconds(100))
+        try await pair.held.wait(for: 1)
         pair.bus.stop()
         do {
             _ = try await t.value

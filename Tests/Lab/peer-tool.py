@@ -35,6 +35,11 @@ code, only the Python standard library and docs/peer-protocol.md.
         Sends C reliable messages of N bytes through daemon SOCK (peer.send, W requests in
         flight) to peer HEX, whose daemon RECV's events are counted: THROUGHPUT rate=msg/s
         bytes_per_s=... from the first send to the last message received.
+    peer-tool.py stream-throughput --send SOCK --recv SOCK --to HEX --from-id HEX --size N --count C
+        The same through data streams (peer.message-stream on both daemons, one packet a
+        message, each numbered and checked in order): THROUGHPUT rate=... bytes_per_s=...
+    peer-tool.py stream-rtt --a SOCK --b SOCK --a-id HEX --b-id HEX --count N [--size 64]
+        The round trips of rtt through data streams: RTT p50_ms=... p99_ms=...
     peer-tool.py rtt --a SOCK --b SOCK --a-id HEX --b-id HEX --count N [--size 64]
         N round trips: a client sends a message through a to b, b's client (on b's event)
         sends it back through b to a, until a's client has it: RTT p50_ms=... p99_ms=...
@@ -620,6 +625,86 @@ def cmd_throughput(a):
           f"bytes_per_s={got['bytes'] / dt:.0f}")
 
 
+def open_stream(path, peer):
+    """peer.message-stream on the daemon at PATH with PEER: (control socket, which must stay
+    open while the stream is used; the packet socket passed with the reply; the reply)."""
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(path)
+    c.settimeout(60)
+    c.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "peer.message-stream",
+                           "params": {"peer": peer}}) + "\n").encode())
+    buf, fds = b"", []
+    while b"\n" not in buf:
+        data, got, _, _ = socket.recv_fds(c, 1 << 20, 4)
+        if not data:
+            die(f"{path}: the daemon closed the control connection")
+        buf += data
+        fds += got
+    reply = json.loads(buf.split(b"\n", 1)[0])
+    if "error" in reply:
+        die(f"{path}: peer.message-stream refused: {reply['error']}")
+    if not fds:
+        die(f"{path}: no socket with peer.message-stream's reply: {reply}")
+    s = socket.socket(fileno=fds[0])
+    s.setblocking(True)
+    return c, s, reply["result"]
+
+
+def cmd_stream_throughput(a):
+    # The receiver's stream first: messages that arrive before it is open would be events.
+    rc, rs, rinfo = open_stream(a.recv, a.from_id)
+    tc, ts, tinfo = open_stream(a.send, a.to)
+    if a.size > min(rinfo["max_message"], tinfo["max_message"]):
+        die(f"{a.size} bytes is more than the streams carry ({rinfo['max_message']}, {tinfo['max_message']})")
+    body = os.urandom(a.size)
+    got = {"n": 0, "bytes": 0, "bad": 0, "t_last": 0.0}
+
+    def receive():
+        while got["n"] < a.count:
+            m = rs.recv(a.size + 1)
+            if not m:
+                break
+            if len(m) != a.size or m[8:] != body[8:] or int.from_bytes(m[:8], "big") != got["n"]:
+                got["bad"] += 1
+            got["n"] += 1
+            got["bytes"] += len(m)
+            got["t_last"] = time.monotonic()
+    t = threading.Thread(target=receive, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    for i in range(a.count):
+        ts.send(i.to_bytes(8, "big") + body[8:])
+    t.join(a.timeout)
+    if got["n"] < a.count:
+        die(f"received {got['n']} of {a.count} within {a.timeout} s")
+    if got["bad"]:
+        die(f"{got['bad']} messages arrived changed, resized or out of order")
+    dt = got["t_last"] - t0
+    say(f"THROUGHPUT count={a.count} bytes={got['bytes']} seconds={dt:.3f} rate={a.count / dt:.1f} "
+        f"bytes_per_s={got['bytes'] / dt:.0f}")
+
+
+def cmd_stream_rtt(a):
+    ac, as_, _ = open_stream(a.a, a.b_id)
+    bc, bs, _ = open_stream(a.b, a.a_id)
+    times = []
+    for i in range(a.count + 5):
+        payload = (b"%08d" % i) + os.urandom(a.size - 8)
+        t0 = time.monotonic()
+        as_.send(payload)
+        m = bs.recv(65536)
+        if m != payload:
+            die(f"b got another message than sent at round {i}")
+        bs.send(m)
+        m = as_.recv(65536)
+        if m != payload:
+            die(f"a got another message than sent at round {i}")
+        if i >= 5:  # the first few warm up
+            times.append((time.monotonic() - t0) * 1000)
+    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
+        f"mean_ms={sum(times) / len(times):.2f}")
+
+
 def cmd_rtt(a):
     import base64
     ea, eb = Events(a.a), Events(a.b)
@@ -707,6 +792,15 @@ def main():
     p.add_argument("--send", required=True); p.add_argument("--recv", required=True); p.add_argument("--to", required=True)
     p.add_argument("--size", type=int, required=True); p.add_argument("--count", type=int, required=True)
     p.add_argument("--window", type=int, default=32); p.add_argument("--timeout", type=float, default=300)
+    p = sub.add_parser("stream-throughput")
+    p.add_argument("--send", required=True); p.add_argument("--recv", required=True); p.add_argument("--to", required=True)
+    p.add_argument("--from-id", required=True, help="the sender's peer ID (the receiver's stream is with it)")
+    p.add_argument("--size", type=int, required=True); p.add_argument("--count", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=300)
+    p = sub.add_parser("stream-rtt")
+    for w in ("a", "b"):
+        p.add_argument(f"--{w}", required=True); p.add_argument(f"--{w}-id", required=True)
+    p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
     p = sub.add_parser("rtt")
     for w in ("a", "b"):
         p.add_argument(f"--{w}", required=True); p.add_argument(f"--{w}-id", required=True)
@@ -717,7 +811,7 @@ def main():
     a = ap.parse_args()
     {"events": cmd_events, "hello-relay": cmd_hello_relay, "record-relay": cmd_record_relay, "probe": cmd_probe,
      "slow": cmd_slow, "flood": cmd_flood, "simultaneous": cmd_simultaneous, "stuffed": cmd_stuffed,
-     "throughput": cmd_throughput, "rtt": cmd_rtt, "tls-echo-rtt": cmd_tls_echo_rtt}[a.cmd](a)
+     "throughput": cmd_throughput, "stream-throughput": cmd_stream_throughput, "stream-rtt": cmd_stream_rtt, "rtt": cmd_rtt, "tls-echo-rtt": cmd_tls_echo_rtt}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,31 @@ import Glibc
         withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) + [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4)
     }
 
+    /// A batch (a data stream's `send(messages:to:)`) of many small messages, far more than
+    /// the sender's queue holds while the receiver holds its credit for a moment: the batch
+    /// waits for room instead of failing, and every message arrives once, in order.
+    @Test func aBatchLargerThanTheQueueWaitsForRoomAndArrivesInOrder() async throws {
+        let bound = 65_536
+        let a = try Node("receiver"), b = try Node("sender", maxQueuedBytes: bound)
+        defer { a.node.stop(); b.node.stop() }
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        a.node.holdMessages(from: b.node.peerID, true)
+        let batch = (0..<3000).map { Self.numbered($0, size: 1000) }  // 3 MB: 45 times the bound
+        let sending = Task { try await b.node.send(messages: batch, to: a.node.peerID) }
+        // The window and the queue fill; the batch waits (it has not failed meanwhile).
+        let deadline = ContinuousClock.now + .seconds(10)
+        while (b.node.sessions.first?.queuedBytes ?? 0) < bound / 2, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(Self.messages(a, from: b.node.peerID).count < batch.count, "held: not everything arrived")
+        a.node.holdMessages(from: b.node.peerID, false)
+        try await sending.value
+        let last = batch[batch.count - 1]
+        _ = await a.wait("the last", timeout: .seconds(30)) { if case .message(_, let m, true) = $0 { m == last } else { false } }
+        #expect(Self.messages(a, from: b.node.peerID) == batch, "every message once, in order, unchanged")
+    }
+
     /// The receiver stops taking messages: the sender's window runs out, its queue fills to
     /// its bound and no further (`send(wait: false)` fails busy), and once the receiver takes
     /// messages again every one arrives once, in order.

@@ -3,20 +3,24 @@
 # Benchmark (make bench): peer sessions between two daemons on the guest's loopback, against
 # socat moving the same bytes.
 #
-# Throughput of reliable messages, 1 KiB and 64 KiB: a client on b's control socket pipelines
-# peer.send (32 requests in flight) to a; a client on a's control socket counts the
-# peer.message events (peer-tool.py throughput), from the first send to the last message in.
+# Throughput of reliable messages, 1 KiB and 64 KiB, through the data streams: a client opens
+# peer.message-stream on both daemons and writes numbered messages, one packet each, into b's
+# stream to a while another thread reads a's stream (peer-tool.py stream-throughput), from the
+# first write to the last message read, each checked in order and unchanged.
 #   - ours_tls: both daemons peer.encryption = required (TLS 1.3);
-#   - socat_tls_baseline: the same bytes from `socat -u OPEN:file OPENSSL:...` (client
-#     certificate) to `socat -u OPENSSL-LISTEN:...,verify=1 OPEN:/dev/null`, timed by the
-#     receiver's own log from "starting data transfer loop" (after the handshake) to EOF;
+#   - socat_tls_baseline: the same bytes from `socat -u -b SIZE OPEN:file OPENSSL:...` (client
+#     certificate; SIZE bytes a write, as the messages) to `socat -u OPENSSL-LISTEN:...,verify=1
+#     OPEN:file`, timed by the receiver's own log from "starting data transfer loop" (after the
+#     handshake) to EOF;
 #   - ours_plain / socat_tcp_baseline: the same with peer.encryption = none on both daemons,
-#     against socat over plain TCP.
-# The messages travel client -> control socket (JSON, base64) -> daemon -> peer daemon ->
-# control socket -> client: the ratio shows what that path costs against a bare byte pipe.
-# Round trip of a 64-byte message: client -> a -> b -> client (on the event), back through b
-# -> a -> client (peer-tool.py rtt), p50/p99, beside a 64-byte echo through a socat TLS echo
-# server (OPENSSL-LISTEN ... PIPE, Python's ssl client with a certificate).
+#     against socat over plain TCP;
+#   - ours_tls_rpc (beside, no target): the same messages as peer.send requests (JSON, base64,
+#     32 in flight) counted as peer.message events (peer-tool.py throughput): what a client
+#     that does not use the stream gets.
+# Round trip of a 64-byte message: client -> a -> b -> client, back through b -> a -> client,
+# through the streams (peer-tool.py stream-rtt; also through peer.send and events, beside),
+# p50/p99, against a 64-byte echo through a socat TLS echo server (OPENSSL-LISTEN ... PIPE,
+# Python's ssl client with a certificate).
 # Memory: the RSS of a daemon holding 8 sessions (8 more daemons dial it).
 # Each throughput run repeats BENCH_REPEAT times (3), ours and the baselines interleaved; the
 # bench lines carry the medians. No timing assertions: it fails only when a measurement could
@@ -50,8 +54,20 @@ peer_connect b 127.0.0.1:7401
 peer_connect d 127.0.0.1:7411
 [ "$RUN_RC" = 0 ] && [ "$(jfield encrypted "$RUN_OUT")" = false ] || fail "no plain session d -> c: $RUN_OUT"
 
-# ours NAME SENDER RECEIVER SIZE BYTES: one throughput run through the daemons.
+# ours NAME SENDER RECEIVER SIZE BYTES: one throughput run through the daemons' data streams.
 ours() {
+    local name=$1 tx=$2 rx=$3 size=$4 count=$(( $5 / $4 ))
+    cpu_mark "$tx=${PEERLINKD_PID[$tx]}" "$rx=${PEERLINKD_PID[$rx]}"
+    run timeout --foreground 300 "$PY3" -u "$PEER_TOOL" stream-throughput --send "$(pl_socket "$tx")" --recv "$(pl_socket "$rx")" \
+        --to "${PEER_ID[$rx]}" --from-id "${PEER_ID[$tx]}" --size "$size" --count "$count"
+    [ "$RUN_RC" = 0 ] || fail "$name: the throughput run failed: $RUN_OUT"
+    cpu_note "$name"
+    bench_keep "${name%.*}" "$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' <<<"$RUN_OUT")" \
+        "$(sed -n 's/.* bytes_per_s=\([0-9.]*\).*/\1/p' <<<"$RUN_OUT")" "$count"
+}
+
+# ours_rpc NAME SENDER RECEIVER SIZE BYTES: the same as peer.send requests and peer.message events.
+ours_rpc() {
     local name=$1 tx=$2 rx=$3 size=$4 count=$(( $5 / $4 ))
     cpu_mark "$tx=${PEERLINKD_PID[$tx]}" "$rx=${PEERLINKD_PID[$rx]}"
     run timeout --foreground 300 "$PY3" -u "$PEER_TOOL" throughput --send "$(pl_socket "$tx")" --recv "$(pl_socket "$rx")" \
@@ -73,10 +89,10 @@ socat_run() {
         listen="TCP-LISTEN:7501,reuseaddr"
         connect="TCP:127.0.0.1:7501"
     fi
-    socat -d -d -lu -u "$listen" OPEN:"$W/rx.bin",creat,trunc >"$log" 2>&1 &
+    socat -d -d -lu -u -b "$size" "$listen" OPEN:"$W/rx.bin",creat,trunc >"$log" 2>&1 &
     local rx=$!
     wait_for 10 grep -q "listening on" "$log" || fail "$name: socat did not listen: $(cat "$log")"
-    timeout --foreground 120 socat -u OPEN:"$W/data.bin" "$connect" || fail "$name: the socat sender failed"
+    timeout --foreground 120 socat -u -b "$size" OPEN:"$W/data.bin" "$connect" || fail "$name: the socat sender failed"
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$log")"
     [ "$(stat -c %s "$W/rx.bin")" = "$bytes" ] || fail "$name: socat moved $(stat -c %s "$W/rx.bin") of $bytes bytes"
     [ "$kind" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$log" || fail "$name: socat did not use TLS 1.3: $(cat "$log")"
@@ -107,12 +123,13 @@ for rep in $(seq 1 "$REPEAT"); do
         socat_run "socat_tls_baseline_$tag.$rep" tls "$size" "$bytes"
         ours "ours_plain_$tag.$rep" d c "$size" "$bytes"
         socat_run "socat_tcp_baseline_$tag.$rep" tcp "$size" "$bytes"
+        ours_rpc "ours_tls_rpc_$tag.$rep" b a "$size" "$bytes"
     done
 done
 # One table per size (the ratios against both socat baselines).
 for tag in 1k 64k; do
     ORDER=()
-    for n in ours_tls socat_tls_baseline ours_plain socat_tcp_baseline; do ORDER+=("${n}_$tag"); done
+    for n in ours_tls socat_tls_baseline ours_plain socat_tcp_baseline ours_tls_rpc; do ORDER+=("${n}_$tag"); done
     COUNT=$(( $( [ $tag = 1k ] && echo "$BYTES_1K" || echo "$BYTES_64K") / $( [ $tag = 1k ] && echo 1024 || echo 65536) ))
     bench_report "peer_$tag"
     "$PY3" - "$tag" "${BPS[ours_tls_$tag]}" "${BPS[socat_tls_baseline_$tag]}" "${BPS[ours_plain_$tag]}" "${BPS[socat_tcp_baseline_$tag]}" <<'PY'
@@ -123,7 +140,12 @@ print(f"bench peer.ratio_plain_vs_socat_tcp_{tag}={ours_plain / socat_tcp:.3f}")
 PY
 done
 
-note "round trips of 64 bytes: client -> a -> b -> client -> b -> a -> client"
+note "round trips of 64 bytes: client -> a -> b -> client -> b -> a -> client, through the streams"
+run timeout --foreground 300 "$PY3" -u "$PEER_TOOL" stream-rtt --a "$(pl_socket a)" --a-id "${PEER_ID[a]}" \
+    --b "$(pl_socket b)" --b-id "${PEER_ID[b]}" --count "$RTT_N"
+[ "$RUN_RC" = 0 ] || fail "the round-trip run failed: $RUN_OUT"
+OURS_STREAM_RTT=$RUN_OUT
+note "the same through peer.send and peer.message events"
 run timeout --foreground 300 "$PY3" -u "$PEER_TOOL" rtt --a "$(pl_socket a)" --a-id "${PEER_ID[a]}" \
     --b "$(pl_socket b)" --b-id "${PEER_ID[b]}" --count "$RTT_N"
 [ "$RUN_RC" = 0 ] || fail "the round-trip run failed: $RUN_OUT"
@@ -136,7 +158,8 @@ run timeout --foreground 300 "$PY3" -u "$PEER_TOOL" tls-echo-rtt --to 127.0.0.1:
 assert_contains "$RUN_OUT" "version=TLSv1.3" "the echo ran over TLS 1.3"
 ECHO_RTT=$RUN_OUT
 for k in p50_ms p99_ms; do
-    echo "bench peer.rtt_ours_$k=$(sed -n "s/.* $k=\([0-9.]*\).*/\1/p" <<<"$OURS_RTT")"
+    echo "bench peer.rtt_ours_$k=$(sed -n "s/.* $k=\([0-9.]*\).*/\1/p" <<<"$OURS_STREAM_RTT")"
+    echo "bench peer.rtt_ours_rpc_$k=$(sed -n "s/.* $k=\([0-9.]*\).*/\1/p" <<<"$OURS_RTT")"
     echo "bench peer.rtt_socat_tls_echo_$k=$(sed -n "s/.* $k=\([0-9.]*\).*/\1/p" <<<"$ECHO_RTT")"
 done
 
