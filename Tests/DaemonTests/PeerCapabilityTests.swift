@@ -417,4 +417,48 @@ extension PeerCapabilityTests {
         let got = try await reader
         #expect(got.count == total && got.map(Self.digest) == (0..<total).map { Self.digest(message($0)) }, "each once, in order")
     }
+    /// A stream's sender whose peer does not take messages: the session's queue fills to its
+    /// bound, the sending stream stops reading its client (whose writes then block, nothing
+    /// dropped), and once the peer's client reads, everything arrives once, in order.
+    @Test func aSendingStreamWaitsForRoomAndLosesNothing() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "slow-reader", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "stream-sender", accept: "all")
+        defer { b.stop() }
+        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+        let bClient = try RawClient(b.socketPath)
+        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        _ = try aWatch.nextEvent("peer.connected")
+        let aClient = try RawClient(a.socketPath)
+        let (aFD, reply) = try Self.openStream(aClient, to: bID)
+        defer { closeQuietly(aFD) }
+        let (bFD, _) = try Self.openStream(bClient, to: aID)
+        defer { closeQuietly(bFD) }
+        let limit = Int(try #require(reply["max_message"]?.intValue))
+        let size = 60_000, total = 400  // 24 MB: far more than b's 8 MiB queue and the sockets
+        @Sendable func message(_ i: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) + [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) }
+        let written = Mutex(0)
+        async let writer: Void = Self.offPool { for i in 0..<total { try SocketIO.sendPacket(bFD, message(i)); written.withLock { $0 += 1 } } }
+        // a's client does not read: b's queue fills and its stream stops reading.
+        var queued: Int64 = 0
+        for _ in 0..<500 where queued < 6 * 1_048_576 {
+            try await Task.sleep(for: .milliseconds(20))
+            queued = try b.call("peer.sessions")["sessions"]?.arrayValue?.first?["queued_bytes"]?.intValue ?? 0
+        }
+        #expect(queued >= 6 * 1_048_576 && queued <= 8 * 1_048_576, "b's queue filled to its bound: \(queued) bytes")
+        #expect(written.withLock { $0 } < total, "the writer is held back")
+        let got = try await Self.offPool { () -> [UInt64] in
+            var got: [UInt64] = []
+            while got.count < total, let m = try Self.readPacket(aFD, max: limit) { got.append(Self.digest(m)) }
+            return got
+        }
+        try await writer
+        #expect(got == (0..<total).map { Self.digest(message($0)) }, "each once, in order")
+    }
+
 }
