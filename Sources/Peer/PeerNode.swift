@@ -183,11 +183,12 @@ public final class PeerNode: Sendable {
         }
     }
 
-    private func makeConnection(fd: Int32, role: Role, remote: SocketAddress, expected: PeerID?) -> PeerConnection {
+    /// A connection on `fd`, under `id` (a dial's, taken when it started) or a new one.
+    private func makeConnection(fd: Int32, id given: UInt64? = nil, role: Role, remote: SocketAddress, expected: PeerID?) -> PeerConnection {
         var cc = ConnectionConfig(localID: peerID, displayName: config.displayName, encryption: config.encryption, expectedPeer: expected)
         cc.pingInterval = config.pingInterval
         cc.missedPings = config.missedPings
-        let id = state.withLock { s -> UInt64 in
+        let id = given ?? state.withLock { s -> UInt64 in
             defer { s.nextID += 1 }
             return s.nextID
         }
@@ -207,10 +208,25 @@ public final class PeerNode: Sendable {
         guard context.count <= Wire.maxContext else {
             throw PeerError.invalid("context", "at most \(Wire.maxContext) bytes, got \(context.count)")
         }
+        // A dial to a known peer takes part in the tie-break from the first moment, before
+        // resolving and connecting (which may take long on a loaded machine): the peer's own
+        // dial, arriving meanwhile, then meets it, instead of forming a session this dial
+        // would replace once it got through.
+        let id = state.withLock { s -> UInt64 in
+            defer { s.nextID += 1 }
+            return s.nextID
+        }
+        if let expected, let refusal = state.withLock({ $0.table.dialing(id, to: expected) }) {
+            // Connected already (the peer dialled too, and its connection won): that session
+            // is what was asked for.
+            if refusal == .duplicate, let existing = session(with: expected) { return existing }
+            throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
+        }
         let addresses: [SocketAddress]
         do {
             addresses = try await Self.offPool { try TCPSocket.resolve(target) }
         } catch {
+            abandonDial(id)
             throw PeerError.unreachable(target.description, "\(error)")
         }
         var lastError: any Error = PeerError.unreachable(target.description, "no address")
@@ -225,27 +241,19 @@ public final class PeerNode: Sendable {
             // `stop` may have run while this dialled: it closed every connection it knew of.
             guard !state.withLock({ $0.stopped }) else {
                 closeQuietly(fd)
+                abandonDial(id)
                 throw PeerError.stopped
             }
-            let c = makeConnection(fd: fd, role: .dialer, remote: address, expected: expected)
-            let refusal = state.withLock { s -> Reason? in
-                s.dialTargets[c.id] = target
-                guard let expected else {
-                    s.table.dialingUnknown(c.id)
-                    return nil
-                }
-                return s.table.dialing(c.id, to: expected)
+            // The peer's own connection won while this one dialled: its session is the answer.
+            if let expected, state.withLock({ $0.table.isSuperseded(id) }) {
+                closeQuietly(fd)
+                abandonDial(id)
+                return try await sessionComing(with: expected)
             }
-            if let refusal {
-                c.input(.close(refusal, text: "not dialled"))
-                // Connected meanwhile (the peer dialled too, and its connection won): that
-                // session is what was asked for.
-                if refusal == .duplicate, let expected,
-                   let existing = state.withLock({ s in s.table.connection(for: expected).flatMap { s.connections[$0] } }),
-                   let summary = summary(existing) {
-                    return summary
-                }
-                throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
+            let c = makeConnection(fd: fd, id: id, role: .dialer, remote: address, expected: expected)
+            state.withLock { s in
+                s.dialTargets[c.id] = target
+                if expected == nil { s.table.dialingUnknown(c.id) }
             }
             return try await withCheckedThrowingContinuation { (k: Waiter) in
                 state.withLock { $0.dialWaiters[c.id] = k }
@@ -253,7 +261,31 @@ public final class PeerNode: Sendable {
                 c.input(.invite(context: context, timeout: timeout))
             }
         }
+        abandonDial(id)
         throw PeerError.unreachable(target.description, "\(lastError)")
+    }
+
+    /// A dial that never got a connection leaves the table.
+    private func abandonDial(_ id: UInt64) {
+        state.withLock { $0.table.abandonDial(id) }
+    }
+
+    /// `peer`'s session, if it is up.
+    private func session(with peer: PeerID) -> PeerSummary? {
+        state.withLock { s in s.table.connection(for: peer).flatMap { s.connections[$0] } }.flatMap(summary)
+    }
+
+    /// `peer`'s session: the one up now, or the one the peer's own connection brings.
+    private func sessionComing(with peer: PeerID) async throws -> PeerSummary {
+        try await withCheckedThrowingContinuation { (k: Waiter) in
+            let now = state.withLock { s -> PeerConnection? in
+                if let sid = s.table.connection(for: peer), let c = s.connections[sid] { return c }
+                moveWaiter(k, to: peer, &s)
+                return nil
+            }
+            guard let now else { return }
+            if let summary = summary(now) { k.resume(returning: summary) } else { k.resume(throwing: PeerError.notConnected(peer.shortText)) }
+        }
     }
 
     /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it

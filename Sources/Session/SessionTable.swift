@@ -125,6 +125,16 @@ public struct SessionTable: Sendable {
         entries[id] = Entry(peer: nil, dialledByUs: true, serial: serial)
     }
 
+    /// A dial registered with `dialing` that never got a connection (unreachable, or its
+    /// rival won while it dialled): forgotten.
+    public mutating func abandonDial(_ id: ConnectionID) {
+        guard entries[id]?.connected == false else { return }
+        entries[id] = nil
+    }
+
+    /// Whether `id` lost a tie-break (it was closed as `duplicate` or `replaced`).
+    public func isSuperseded(_ id: ConnectionID) -> Bool { entries[id]?.superseded ?? false }
+
     /// A peer connected to this side on `id` (its ID is not known until its HELLO).
     public mutating func accepted(_ id: ConnectionID) {
         serial += 1

@@ -64,6 +64,38 @@ import Testing
         #expect(s.listenerDecision == .accept)
     }
 
+    /// A dial registered before its socket exists (the node registers at the start of
+    /// `connect`): the peer's own connection, identified meanwhile, meets it. When the peer's
+    /// connection must survive, the dial is superseded before it has a connection, and its
+    /// node abandons it; a dial that reached no one is forgotten, leaving no rival behind.
+    @Test func aDialRegisteredBeforeItsSocketTakesPartInTheTieBreak() {
+        // This side (high) dials low; low's dial arrives first: low's survives, ours goes.
+        var t = SessionTable(localID: Self.high)
+        #expect(t.dialing(1, to: Self.low) == nil)
+        t.accepted(2)
+        #expect(t.identified(2, as: Self.low) == [.close(1, .duplicate)])
+        #expect(t.isSuperseded(1) && !t.isSuperseded(2))
+        t.abandonDial(1)
+        // low's invitation is accepted without asking: this side was inviting it too.
+        #expect(t.invitation(on: 2) == .accept)
+        #expect(t.connected(2) == [.peerConnected(Self.low, 2)])
+
+        // This side (low) dials high; high's dial arrives first: ours survives, high's goes.
+        var u = SessionTable(localID: Self.low)
+        #expect(u.dialing(1, to: Self.high) == nil)
+        u.accepted(2)
+        #expect(u.identified(2, as: Self.high) == [.close(2, .duplicate)])
+        #expect(!u.isSuperseded(1))
+
+        // A dial that reached no one leaves nothing: the peer's later dial is no rival's.
+        var v = SessionTable(localID: Self.low)
+        #expect(v.dialing(1, to: Self.high) == nil)
+        v.abandonDial(1)
+        v.accepted(2)
+        #expect(v.identified(2, as: Self.high).isEmpty)
+        #expect(v.invitation(on: 2) == .ask)
+    }
+
     @Test func anInvitationIsAskedUnlessThisSideWasInvitingToo() {
         var t = SessionTable(localID: Self.low)
         t.accepted(5)
