@@ -350,12 +350,12 @@ public final class PeerConnection: Sendable {
 
     // MARK: Writing (under the lock)
 
-    /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
-    /// allows (then `roomForWaiters` says which senders may try again).
     /// Frames written together, at most (then the channel's room is checked again): one TLS
     /// record's worth, so small frames share a record and a write instead of one each.
     static let writeBatchBytes = 16_384
 
+    /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
+    /// allows (then `roomForWaiters` says which senders may try again).
     private func pump(_ s: inout State) {
         var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,

@@ -57,6 +57,9 @@ public final class PeerNode: Sendable {
         var stopped = false
         /// Connections refused near the descriptor limit (every 100th is logged).
         var refusedForDescriptors = 0
+
+        /// The connection carrying `peer`'s session, if it is up.
+        func session(_ peer: PeerID) -> PeerConnection? { table.connection(for: peer).flatMap { connections[$0] } }
     }
 
     /// A node with `identity`; nothing listens before `start`.
@@ -272,14 +275,14 @@ public final class PeerNode: Sendable {
 
     /// `peer`'s session, if it is up.
     private func session(with peer: PeerID) -> PeerSummary? {
-        state.withLock { s in s.table.connection(for: peer).flatMap { s.connections[$0] } }.flatMap(summary)
+        state.withLock { s in s.session(peer) }.flatMap(summary)
     }
 
     /// `peer`'s session: the one up now, or the one the peer's own connection brings.
     private func sessionComing(with peer: PeerID) async throws -> PeerSummary {
         try await withCheckedThrowingContinuation { (k: Waiter) in
             let now = state.withLock { s -> PeerConnection? in
-                if let sid = s.table.connection(for: peer), let c = s.connections[sid] { return c }
+                if let c = s.session(peer) { return c }
                 moveWaiter(k, to: peer, &s)
                 return nil
             }
@@ -329,23 +332,13 @@ public final class PeerNode: Sendable {
         let targets = try state.withLock { s -> [(PeerID, PeerConnection)] in
             let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
             return try ids.map { p in
-                guard let cid = s.table.connection(for: p), let c = s.connections[cid] else { throw PeerError.notConnected(p.shortText) }
+                guard let c = s.session(p) else { throw PeerError.notConnected(p.shortText) }
                 return (p, c)
             }
         }
         for (i, (p, c)) in targets.enumerated() {
-            attempt: while true {
-                switch reliable ? c.send(message: bytes) : c.send(datagram: bytes) {
-                case .queued, .dropped:
-                    break attempt
-                case .busy:
-                    guard wait else { throw PeerError.busy(p.shortText, sentTo: i) }
-                    guard await c.room(for: bytes.count) else { throw PeerError.notConnected(p.shortText) }
-                case .refused(let why):
-                    logger.debug("a send was refused", ["peer.id": p.shortText, "why": why])
-                    throw PeerError.notConnected(p.shortText)
-                }
-            }
+            while try await tryAgain(after: reliable ? c.send(message: bytes) : c.send(datagram: bytes), on: c, to: p,
+                                     bytes: bytes.count, wait: wait, sentTo: i) {}
         }
         return targets.map(\.0)
     }
@@ -354,22 +347,34 @@ public final class PeerNode: Sendable {
     /// over its bound (a data stream's batch): each pass queues what the lanes take and writes
     /// it together.
     public func send(messages: [[UInt8]], to peer: PeerID) async throws {
-        guard let c = state.withLock({ s in s.table.connection(for: peer).flatMap { s.connections[$0] } }) else {
+        guard let c = state.withLock({ s in s.session(peer) }) else {
             throw PeerError.notConnected(peer.shortText)
         }
         var rest = messages[...]
         while !rest.isEmpty {
             let (queued, result) = c.send(messages: rest)
             rest = rest.dropFirst(queued)
-            switch result {
-            case .queued, .dropped:
-                continue
-            case .busy:
-                guard let next = rest.first, await c.room(for: next.count) else { throw PeerError.notConnected(peer.shortText) }
-            case .refused(let why):
-                logger.debug("a send was refused", ["peer.id": peer.shortText, "why": why])
-                throw PeerError.notConnected(peer.shortText)
-            }
+            // `.busy`: room for the first message not taken, then the rest again.
+            _ = try await tryAgain(after: result, on: c, to: peer, bytes: rest.first?.count ?? 0)
+        }
+    }
+
+    /// What a send to `peer` on `c` does after `result`: false when it is done; true once
+    /// room came for `bytes` after `.busy` (try again); throws `busy` instead of waiting
+    /// when not `wait` (`sentTo`: the peers before it that got the message), and
+    /// `notConnected` when refused or when the connection closed while waiting.
+    private func tryAgain(after result: ConnectionMachine.SendResult, on c: PeerConnection, to peer: PeerID, bytes: Int,
+                          wait: Bool = true, sentTo: Int = 0) async throws -> Bool {
+        switch result {
+        case .queued, .dropped:
+            return false
+        case .busy:
+            guard wait else { throw PeerError.busy(peer.shortText, sentTo: sentTo) }
+            guard await c.room(for: bytes) else { throw PeerError.notConnected(peer.shortText) }
+            return true
+        case .refused(let why):
+            logger.debug("a send was refused", ["peer.id": peer.shortText, "why": why])
+            throw PeerError.notConnected(peer.shortText)
         }
     }
 
@@ -379,12 +384,12 @@ public final class PeerNode: Sendable {
     /// out and its sends queue up on its side; nothing is dropped. Unknown peers are ignored
     /// (their session is gone).
     public func holdMessages(from peer: PeerID, _ hold: Bool) {
-        state.withLock { s in s.table.connection(for: peer).flatMap { s.connections[$0] } }?.input(.holdMessageCredit(hold))
+        state.withLock { s in s.session(peer) }?.input(.holdMessageCredit(hold))
     }
 
     /// Ends the session with `peer`.
     public func disconnect(_ peer: PeerID) throws {
-        guard let c = state.withLock({ s in s.table.connection(for: peer).flatMap { s.connections[$0] } }) else {
+        guard let c = state.withLock({ s in s.session(peer) }) else {
             throw PeerError.notConnected(peer.shortText)
         }
         c.input(.close(.normal, text: "closed by the user"))
@@ -392,7 +397,7 @@ public final class PeerNode: Sendable {
 
     /// The sessions now.
     public var sessions: [PeerSummary] {
-        let cs = state.withLock { s in s.table.connectedPeers.compactMap { s.table.connection(for: $0).flatMap { s.connections[$0] } } }
+        let cs = state.withLock { s in s.table.connectedPeers.compactMap { s.session($0) } }
         return cs.compactMap { summary($0) }
     }
 
@@ -461,7 +466,7 @@ public final class PeerNode: Sendable {
                             s.dialWaiters[id] = k  // its own end reports to it
                             return (s.connections[id], nil)
                         }
-                        if let sid = s.table.connection(for: peer), let session = s.connections[sid] {
+                        if let session = s.session(peer) {
                             done = (k, session)
                         } else {
                             moveWaiter(k, to: peer, &s)
