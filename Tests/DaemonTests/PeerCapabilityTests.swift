@@ -277,6 +277,36 @@ extension PeerCapabilityTests {
         try await withCheckedThrowingContinuation { k in Thread { k.resume(with: Result { try body() }) }.start() }
     }
 
+    /// Two daemons on one private bus (both accepting every invitation), b connected to a and
+    /// a's session reported to `aWatch` (subscribed to `peer` events): where the stream tests
+    /// start.
+    struct ConnectedPair {
+        let bus: PrivateBus
+        let a: DaemonHarness, b: DaemonHarness
+        let aID: String, bID: String
+        let aWatch: RawClient, bClient: RawClient
+
+        init(a aName: String, b bName: String) async throws {
+            bus = try PrivateBus()
+            a = try await PeerCapabilityTests.daemon(bus, name: aName, accept: "all")
+            b = try await PeerCapabilityTests.daemon(bus, name: bName, accept: "all")
+            aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
+            bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
+            let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+            aWatch = try RawClient(a.socketPath)
+            _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
+            bClient = try RawClient(b.socketPath)
+            _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+            // a's session may be reported a moment after b's connect returns.
+            _ = try aWatch.nextEvent("peer.connected")
+        }
+
+        func stop() {
+            a.stop()
+            b.stop()
+        }
+    }
+
     /// The stream's socket passed with `peer.message-stream`'s reply, and the reply.
     static func openStream(_ c: RawClient, to peer: String) throws -> (fd: Int32, reply: JSONValue) {
         let r = try c.call("peer.message-stream", ["peer": .string(peer)])
@@ -286,20 +316,9 @@ extension PeerCapabilityTests {
     }
 
     @Test func messageStreamsRoundTripAndEndWithTheSession() async throws {
-        let bus = try PrivateBus()
-        let a = try await Self.daemon(bus, name: "echo", accept: "all")
-        defer { a.stop() }
-        let b = try await Self.daemon(bus, name: "source", accept: "all")
-        defer { b.stop() }
-        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
-        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
-        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
-        let aWatch = try RawClient(a.socketPath)
-        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
-        let bClient = try RawClient(b.socketPath)
-        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
-        // a's session may be reported a moment after b's connect returns.
-        _ = try aWatch.nextEvent("peer.connected")
+        let pair = try await ConnectedPair(a: "echo", b: "source")
+        defer { pair.stop() }
+        let (a, b, aID, bID, aWatch, bClient) = (pair.a, pair.b, pair.aID, pair.bID, pair.aWatch, pair.bClient)
         let aClient = try RawClient(a.socketPath)
         let (aFD, aReply) = try Self.openStream(aClient, to: bID)
         let (bFD, bReply) = try Self.openStream(bClient, to: aID)
@@ -362,19 +381,9 @@ extension PeerCapabilityTests {
     /// sending daemon's queue fills and `peer.send` with `"wait": false` fails busy; once the
     /// client reads, every message arrives, once and in order.
     @Test func aStreamClientThatDoesNotReadMakesTheSenderBusyAndLosesNothing() async throws {
-        let bus = try PrivateBus()
-        let a = try await Self.daemon(bus, name: "slow-reader", accept: "all")
-        defer { a.stop() }
-        let b = try await Self.daemon(bus, name: "sender", accept: "all")
-        defer { b.stop() }
-        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
-        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
-        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
-        let aWatch = try RawClient(a.socketPath)
-        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
-        let bClient = try RawClient(b.socketPath)
-        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
-        _ = try aWatch.nextEvent("peer.connected")
+        let pair = try await ConnectedPair(a: "slow-reader", b: "sender")
+        defer { pair.stop() }
+        let (a, b, aID, bID) = (pair.a, pair.b, pair.aID, pair.bID)
         let aClient = try RawClient(a.socketPath)
         let (fd, reply) = try Self.openStream(aClient, to: bID)
         defer { closeQuietly(fd) }
@@ -421,19 +430,9 @@ extension PeerCapabilityTests {
     /// bound, the sending stream stops reading its client (whose writes then block, nothing
     /// dropped), and once the peer's client reads, everything arrives once, in order.
     @Test func aSendingStreamWaitsForRoomAndLosesNothing() async throws {
-        let bus = try PrivateBus()
-        let a = try await Self.daemon(bus, name: "slow-reader", accept: "all")
-        defer { a.stop() }
-        let b = try await Self.daemon(bus, name: "stream-sender", accept: "all")
-        defer { b.stop() }
-        let aID = try #require(try a.call("peer.identity")["peer"]?.stringValue)
-        let bID = try #require(try b.call("peer.identity")["peer"]?.stringValue)
-        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
-        let aWatch = try RawClient(a.socketPath)
-        _ = try aWatch.call("events.subscribe", ["topics": ["peer"]])
-        let bClient = try RawClient(b.socketPath)
-        _ = try bClient.call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
-        _ = try aWatch.nextEvent("peer.connected")
+        let pair = try await ConnectedPair(a: "slow-reader", b: "stream-sender")
+        defer { pair.stop() }
+        let (a, b, aID, bID, bClient) = (pair.a, pair.b, pair.aID, pair.bID, pair.bClient)
         let aClient = try RawClient(a.socketPath)
         let (aFD, reply) = try Self.openStream(aClient, to: bID)
         defer { closeQuietly(aFD) }
