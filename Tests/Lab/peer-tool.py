@@ -556,6 +556,18 @@ def percentile(v, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 
 
+def say_throughput(count, nbytes, t0, t_last):
+    """A throughput run's result line, from the first send (t0) to the last message in."""
+    dt = t_last - t0
+    say(f"THROUGHPUT count={count} bytes={nbytes} seconds={dt:.3f} rate={count / dt:.1f} bytes_per_s={nbytes / dt:.0f}")
+
+
+def say_rtt(times, extra=""):
+    """A round-trip run's result line (times in ms)."""
+    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
+        f"mean_ms={sum(times) / len(times):.2f}{extra}")
+
+
 class Events:
     """A control connection subscribed to peer events; messages counted or queued."""
     def __init__(self, path):
@@ -620,9 +632,7 @@ def cmd_throughput(a):
         die(f"received {got['n']} of {a.count} within {a.timeout} s")
     if got["bad"]:
         die(f"{got['bad']} messages arrived with another size than {a.size}")
-    dt = got["t_last"] - t0
-    say(f"THROUGHPUT count={a.count} bytes={got['bytes']} seconds={dt:.3f} rate={a.count / dt:.1f} "
-          f"bytes_per_s={got['bytes'] / dt:.0f}")
+    say_throughput(a.count, got["bytes"], t0, got["t_last"])
 
 
 def open_stream(path, peer):
@@ -679,9 +689,7 @@ def cmd_stream_throughput(a):
         die(f"received {got['n']} of {a.count} within {a.timeout} s")
     if got["bad"]:
         die(f"{got['bad']} messages arrived changed, resized or out of order")
-    dt = got["t_last"] - t0
-    say(f"THROUGHPUT count={a.count} bytes={got['bytes']} seconds={dt:.3f} rate={a.count / dt:.1f} "
-        f"bytes_per_s={got['bytes'] / dt:.0f}")
+    say_throughput(a.count, got["bytes"], t0, got["t_last"])
 
 
 def cmd_stream_rtt(a):
@@ -701,8 +709,7 @@ def cmd_stream_rtt(a):
             die(f"a got another message than sent at round {i}")
         if i >= 5:  # the first few warm up
             times.append((time.monotonic() - t0) * 1000)
-    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
-        f"mean_ms={sum(times) / len(times):.2f}")
+    say_rtt(times)
 
 
 def cmd_rtt(a):
@@ -724,8 +731,7 @@ def cmd_rtt(a):
             die(f"a got another message than sent at round {i}")
         if i >= 5:  # the first few warm up
             times.append((time.monotonic() - t0) * 1000)
-    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
-          f"mean_ms={sum(times) / len(times):.2f}")
+    say_rtt(times)
 
 
 def cmd_tls_echo_rtt(a):
@@ -753,8 +759,7 @@ def cmd_tls_echo_rtt(a):
             die(f"the echo differs at round {i}")
         if i >= 5:
             times.append((time.monotonic() - t0) * 1000)
-    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
-          f"mean_ms={sum(times) / len(times):.2f} version={s.version()}")
+    say_rtt(times, f" version={s.version()}")
 
 
 def main():
