@@ -173,6 +173,26 @@ public actor Central {
         }
     }
 
+    /// Reads whether a device is connected (one GetAll: much cheaper than `resync` when the
+    /// tree holds every device a scan saw); falls back to `resync` when that fails.
+    ///
+    /// Only `Connected` is taken from the answer. The table follows bluetoothd's signals in
+    /// order, and a reply overtakes the signals still queued for the table: taking
+    /// `ServicesResolved` from it would let a connect finish before the `InterfacesAdded` of
+    /// the GATT objects that came before it (seen in the lab: a refreshed tree without its
+    /// service). `ServicesResolved` is waited for in its place in the signal order.
+    func refreshConnected(_ device: ObjectPath) async {
+        guard let session else { return }
+        do {
+            let props = try await session.connection.getAllProperties(destination: BlueZNames.service, path: device,
+                                                                      interface: BlueZNames.device, timeout: .seconds(5))
+            process(table.refresh(device: device, props.filter { $0.key == "Connected" }))
+        } catch {
+            logger.debug("cannot read the device's properties", ["path": device.description, "error": "\(error)"])
+            await resync()
+        }
+    }
+
     private func handle(_ m: BusMessage) {
         if let (path, reason) = Device1.disconnected(m) {
             // BlueZ 5.80+: the reason, before Connected goes false.

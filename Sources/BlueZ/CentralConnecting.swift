@@ -1,5 +1,6 @@
 import BLE
 import DBus
+import SystemKit
 import Foundation
 
 /// Connections: one connect at a time per adapter (discovery paused meanwhile), each a
@@ -118,6 +119,7 @@ extension Central {
             message = Adapter1(s.connection, a.path).connectDeviceMessage(address: address, addressType: addressType ?? "public")
         }
         let outcome = CallOutcome()
+        let sent = ContinuousClock.now
         s.connection.call(message, timeout: connector.deadline - .now) { [weak self] r in
             outcome.set(r.map { _ in () })
             Task { await self?.recheckWaiters() }
@@ -153,16 +155,21 @@ extension Central {
         if outcome.isSet, await waitUntil(.milliseconds(150), isConnected) == false {
             // BlueZ said yes but no Connected change arrived (seen on the first
             // connect after a scan): read its objects again rather than wait.
-            logger.info("Connect answered but the device is not connected; reading BlueZ's state again",
-                        ["device": address.description, "attempt": "\(attempt)"])
-            await resync()
+            logger.info("Connect answered but the device is not connected; reading its properties again",
+                        ["device": address.description, "attempt": "\(attempt)", "since_call_ms": "\((ContinuousClock.now - sent).clampedMilliseconds)"])
+            // The device's own properties, not the whole tree: GetManagedObjects after a
+            // scan took a second in the lab (ours.1 of bench 31, 12-02).
+            if let d = table.device(address, adapter: a.path) { await refreshConnected(d.path) } else { await resync() }
+            let seen = isConnected(table)
             // The Connected change may still be on its way (bluetoothd answers Connect from the
             // ATT socket's callback and announces the link from the kernel's event, which can
             // come later): wait for it, not for a fixed time (a 500 ms sleep here cost the
             // first connect of a run half a second), and count the attempt only if it never shows.
-            if await waitUntil(.milliseconds(500), isConnected) == false {
-                connector.answeredWithoutLink()
-            }
+            let connected = await waitUntil(.milliseconds(500), isConnected)
+            // Where the time went (the central's first read waits on this path).
+            logger.info(connected ? "device connected after Connect's answer" : "no Connected change after Connect's answer",
+                        ["device": address.description, "in_bluez_state": "\(seen)", "since_call_ms": "\((ContinuousClock.now - sent).clampedMilliseconds)"])
+            if !connected { connector.answeredWithoutLink() }
         }
         return .retryNow
     }
@@ -172,10 +179,13 @@ extension Central {
 
     /// Waits (at most 5 s) until a device's GATT tree looks whole: ServicesResolved can come
     /// before BlueZ has exported every object (bluez #191; seen in the lab after a cache
-    /// refresh: one service, no characteristics), so "resolved" alone is not "the tree is
-    /// there". A tree whose own services (not GAP/GATT) all have characteristics is taken at
-    /// once; otherwise the objects must have stopped changing for 500 ms.
-    private func settle(_ device: ObjectPath) async {
+    /// refresh: one service, no characteristics; and, once in a run of 30-central-example,
+    /// every service but the last), so "resolved" alone is not "the tree is there". A tree
+    /// whose own services (not GAP/GATT) all have characteristics is taken at once unless
+    /// `quiet`; otherwise the objects must have stopped changing for 500 ms. `quiet` is for a
+    /// discovery from nothing (`services --refresh`), where a whole service can still be on
+    /// its way; a connect keeps the quick answer (the first read waits on it).
+    func settle(_ device: ObjectPath, quiet: Bool = false) async {
         let start = ContinuousClock.now
         while ContinuousClock.now - start < .seconds(5) {
             let services = table.children(of: device, .service)
@@ -184,7 +194,7 @@ extension Central {
             // otherwise wait for the objects to stop coming.
             let own = services.filter { $0.uuid != Self.gapService && $0.uuid != Self.gattService }
             let complete = !own.isEmpty && own.allSatisfy { !table.children(of: $0.path, .characteristic).isEmpty }
-            if complete { return }
+            if complete && !quiet { return }
             if !services.isEmpty, let last = lastAttributeChange[device], ContinuousClock.now - last >= .milliseconds(500) { return }
             try? await Task.sleep(for: .milliseconds(100))
         }

@@ -38,7 +38,8 @@ extension Central {
                 }
                 try await removeDevice(d, from: a, what: "removing the cached device \(address)")
             }
-            _ = try await connectOnce(a, address: address, addressType: nil, timeout: timeout)
+            let d = try await connectOnce(a, address: address, addressType: nil, timeout: timeout)
+            await settle(d.path, quiet: true)
         }
         let (_, d) = try await connectedDevice(selector, address)
         let tree = table.children(of: d.path, .service).map { s in

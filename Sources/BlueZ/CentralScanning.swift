@@ -116,8 +116,6 @@ extension Central {
                         logger.debug("StopDiscovery failed", ["adapter.name": a.name, "error": "\(error)"])
                     }
                     logger.debug("discovery off", ["adapter.name": a.name, "paused": "\(discovery.isPaused(address))"])
-                case .clearFilter:
-                    try? await adapter.setDiscoveryFilter([:])
                 }
             } catch {
                 lastDiscoveryError = BlueZCallError(error)

@@ -35,10 +35,11 @@ public struct DiscoveryScheduler: Sendable {
         case setFilter(DiscoveryFilter)
         /// `StartDiscovery`.
         case start
-        /// `StopDiscovery`.
+        /// `StopDiscovery`. The filter stays set: bluetoothd applies a client's filter only
+        /// to that client's own discovery, and drops it when the client leaves the bus, so
+        /// clearing it would cost a call on the way to a connect (the central's first read)
+        /// and another on the next scan, and change nothing for anyone else.
         case stop
-        /// `SetDiscoveryFilter` with an empty map: no scan is left, leave no filter behind.
-        case clearFilter
     }
 
     struct AdapterState: Sendable {
@@ -127,7 +128,6 @@ public struct DiscoveryScheduler: Sendable {
         guard adapters[adapter] != nil else { return [] }
         switch action {
         case .setFilter(let f): adapters[adapter]?.applied = f
-        case .clearFilter: adapters[adapter]?.applied = nil
         case .stop: adapters[adapter]?.discovering = false
         case .start:
             adapters[adapter]?.discovering = true
@@ -154,7 +154,7 @@ public struct DiscoveryScheduler: Sendable {
             return actions
         }
         guard s.discovering else { return [] }
-        return s.scans.isEmpty && s.applied != nil ? [.stop, .clearFilter] : [.stop]
+        return [.stop]
     }
 
     /// Whether our discovery session on `adapter` is running.

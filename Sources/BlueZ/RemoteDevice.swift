@@ -280,6 +280,12 @@ public struct BlueZObjectTable: Sendable {
         }
     }
 
+    /// Applies some of a device's properties as `Properties.GetAll` returns them; returns the
+    /// changes.
+    public mutating func refresh(device path: ObjectPath, _ properties: [String: DBusValue]) -> [Change] {
+        added(path, [BlueZNames.device: properties])
+    }
+
     private mutating func added(_ path: ObjectPath, _ ifaces: InterfaceProperties) -> [Change] {
         var changes: [Change] = []
         if let props = ifaces[BlueZNames.device] {

@@ -63,15 +63,19 @@ final class FakeCentralBlueZ: Sendable {
 
     var calls: [String] { box.state.withLock { $0.calls } }
 
-    /// Adds a device as seen in a scan (with an RSSI), with `failures` Connect calls to refuse first.
+    /// Adds a device as seen in a scan (with an RSSI), with `failures` Connect calls to refuse
+    /// first. `silentConnected`: its Connected property changes without a signal (bluetoothd
+    /// can answer Connect before it announces the link; here the announcement never comes).
     @discardableResult
-    func addDevice(_ address: String, name: String?, uuids: [String], rssi: Int16, manufacturer: UInt16? = nil, failures: Int = 0) -> ObjectPath {
+    func addDevice(_ address: String, name: String?, uuids: [String], rssi: Int16, manufacturer: UInt16? = nil, failures: Int = 0,
+                   silentConnected: Bool = false) -> ObjectPath {
         box.state.withLock { $0.connectFailures[address] = failures }
-        return Self.export(fake.connection, box: box, address: address, name: name, uuids: uuids, rssi: rssi, manufacturer: manufacturer, connected: false)
+        return Self.export(fake.connection, box: box, address: address, name: name, uuids: uuids, rssi: rssi, manufacturer: manufacturer,
+                           connected: false, silentConnected: silentConnected)
     }
 
     static func export(_ c: BusConnection, box: Box, address: String, name: String?, uuids: [String], rssi: Int16?,
-                       manufacturer: UInt16? = nil, connected: Bool) -> ObjectPath {
+                       manufacturer: UInt16? = nil, connected: Bool, silentConnected: Bool = false) -> ObjectPath {
         let path = hci0.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
         let record = { @Sendable (s: String) in box.state.withLock { $0.calls.append(s) } }
         let device = InterfaceSpec("org.bluez.Device1", methods: [
@@ -96,7 +100,8 @@ final class FakeCentralBlueZ: Sendable {
         ], properties: [
             PropertySpec("Address", "s"), PropertySpec("AddressType", "s"), PropertySpec("Alias", "s"), PropertySpec("Adapter", "o"),
             PropertySpec("Name", "s"), PropertySpec("RSSI", "n"), PropertySpec("UUIDs", "as"), PropertySpec("ManufacturerData", "a{qv}"),
-            PropertySpec("Connected", "b"), PropertySpec("ServicesResolved", "b"), PropertySpec("Paired", "b"), PropertySpec("Trusted", "b", access: .readwrite),
+            PropertySpec("Connected", "b", changeSignal: silentConnected ? .none : .emits), PropertySpec("ServicesResolved", "b"),
+            PropertySpec("Paired", "b"), PropertySpec("Trusted", "b", access: .readwrite),
         ])
         var values: [String: DBusValue] = [
             "Address": .string(address), "AddressType": .string("public"), "Alias": .string(name ?? address.replacingOccurrences(of: ":", with: "-")),
@@ -187,9 +192,8 @@ final class FakeCentralBlueZ: Sendable {
         // The same device again (no duplicates): no second event; the scan's end comes next.
         try fake.fake.connection.setProperty("/org/bluez/hci0/dev_00_AA_01_09_00_03", "org.bluez.Device1", "RSSI", .int16(-49))
         #expect(try client.call("central.scan.stop", ["scan": .string(scan)])["stopped"] == [.string(scan)])
-        // Discovery stops with the last scan, and the filter is cleared.
-        #expect(Array(fake.calls.suffix(2)) == ["StopDiscovery", "SetDiscoveryFilter"])
-        #expect(fake.box.state.withLock { $0.filters.last } == [:])
+        // Discovery stops with the last scan, in one call (the filter stays ours, unused).
+        #expect(fake.calls.last == "StopDiscovery")
         // A scan's time limit ends it with an event to its owner.
         _ = try client.call("central.scan", ["timeout": 0.3])
         #expect(try client.nextEvent("central.scan.ended")["data"]?["reason"] == "timeout")
@@ -199,6 +203,18 @@ final class FakeCentralBlueZ: Sendable {
         } catch let e as RPCError {
             #expect(e.code == RPCErrorCode.invalidParams && e.message.contains("name_pattern"))
         }
+    }
+
+    @Test func aConnectAnsweredWithoutItsConnectedChangeReadsTheDeviceAgain() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.addDevice("00:AA:01:09:00:04", name: "quiet", uuids: [Self.hr], rssi: -50, silentConnected: true)
+        _ = try await h.waitForStatus { _ in true }
+        let r = try h.call("central.connect", ["address": "00:AA:01:09:00:04", "timeout": 10])
+        #expect(r["device"]?["connected"] == true && r["device"]?["services_resolved"] == true)
+        #expect(fake.calls.filter { $0 == "Connect 00:AA:01:09:00:04" }.count == 1, "one attempt: the answer was believed, not retried")
+        let read = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
+        #expect(read["value"] == "heart")
     }
 
     @Test func connectPausesDiscoveryRetriesTransientFailuresAndResumes() async throws {

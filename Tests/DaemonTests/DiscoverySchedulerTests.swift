@@ -83,7 +83,7 @@ import Testing
         #expect(s.isPaused(Self.hci0))
     }
 
-    @Test func aConnectWithoutScansPlansNothingAndTheLastScanLeavesNoFilter() {
+    @Test func aConnectWithoutScansPlansNothingAndTheLastScanOnlyStops() {
         var s = DiscoveryScheduler()
         s.connectBegan(adapter: Self.hci0)
         #expect(s.plan(for: Self.hci0, powered: true).isEmpty)
@@ -91,8 +91,13 @@ import Testing
         s.scanStarted("scan-1", adapter: Self.hci0, filter: Self.filter())
         Self.run(&s)
         s.scanStopped("scan-1")
-        #expect(Self.run(&s).actions == [.stop, .clearFilter])
-        #expect(s.appliedFilter(Self.hci0) == nil && !s.isDiscovering(Self.hci0))
+        #expect(Self.run(&s).actions == [.stop])
+        #expect(s.appliedFilter(Self.hci0) == DiscoveryFilter(merging: [Self.filter()]) && !s.isDiscovering(Self.hci0))
+        // The same filter again: bluetoothd still has it, so the scan only starts.
+        s.scanStarted("scan-1b", adapter: Self.hci0, filter: Self.filter())
+        #expect(Self.run(&s).actions == [.start])
+        s.scanStopped("scan-1b")
+        Self.run(&s)
         // A scan stopped during a pause: discovery is already off; the filter stays until the next scan.
         s.scanStarted("scan-2", adapter: Self.hci0, filter: Self.filter())
         Self.run(&s)
