@@ -48,6 +48,8 @@ public struct FuzzTarget: Sendable {
                    run: SessionTargets.discoveryRecord),
         FuzzTarget(name: "connection-machine", summary: "the session state machine driven by random frames and commands: rejected frames change nothing but the close",
                    run: MachineTarget.run),
+        FuzzTarget(name: "resource-name", summary: "a resource name from a peer: the sanitised name is one safe file name in the inbox, stable when sanitised again",
+                   run: SessionTargets.resourceName),
     ]
 
     /// The target called `name`.

@@ -112,4 +112,29 @@ enum SessionTargets {
         }
         try check(again == record, "the re-published record parses differently: \(published.entries)")
     }
+
+    // MARK: Resource names
+
+    /// Input: a resource's name as a peer sends it (any bytes; UTF-8 decoding replaces what
+    /// is not). Properties: the sanitised name is one file name inside the inbox (one path
+    /// component, not "." or "..", no NUL, not hidden, 1 to 255 bytes), sanitising it again
+    /// changes nothing, and its numbered forms (for collisions) keep the same rules.
+    static func resourceName(_ input: [UInt8]) throws(PropertyViolation) {
+        let name = String(decoding: input, as: UTF8.self)
+        let safe = ResourceName.sanitise(name)
+        try checkStaysInInbox(safe, from: name)
+        try check(ResourceName.sanitise(safe) == safe, "sanitising \"\(safe)\" again gives \"\(ResourceName.sanitise(safe))\"")
+        for n in [2, 10, 9_999] {
+            try checkStaysInInbox(ResourceName.numbered(safe, n), from: name)
+        }
+    }
+
+    private static func checkStaysInInbox(_ file: String, from name: String) throws(PropertyViolation) {
+        let bytes = Array(file.utf8)
+        try check(!bytes.isEmpty && bytes.count <= ResourceName.maxBytes, "\(shown(name)) gave a name of \(bytes.count) bytes")
+        try check(!bytes.contains(0x2F) && !bytes.contains(0), "\(shown(name)) gave \"\(file)\", with '/' or NUL")
+        try check(file != "." && file != ".." && bytes.first != 0x2E, "\(shown(name)) gave \"\(file)\": a dot name")
+    }
+
+    private static func shown(_ name: String) -> String { "the name \(show(Array(name.utf8.prefix(64))))" }
 }

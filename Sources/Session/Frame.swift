@@ -105,7 +105,8 @@ public struct MessageFragment: Sendable, Hashable {
 public struct ResourceOffer: Sendable, Hashable {
     /// The resource id (the header's stream id; not 0).
     public var resourceID: UInt32
-    /// Its name, 1 to `Wire.maxName` bytes, no '/' or control characters.
+    /// What the sender calls it, 1 to `Wire.maxResourceName` bytes of any text: the receiver
+    /// makes a file name of it (`ResourceName.sanitise`), never a path.
     public var name: String
     /// Its size in bytes.
     public var size: UInt64

@@ -105,7 +105,7 @@ public enum FrameEncoder {
         case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
             w.raw(d)
         case .resourceOffer(let o):
-            try w.string(o.name, "name", limit: Wire.maxName)
+            try w.string(o.name, "name", limit: Wire.maxResourceName)
             w.u64(o.size)
             try w.fixed(o.sha256, "sha256", count: 32)
             try w.string(o.mediaType, "media type", limit: Wire.maxMediaType)
@@ -171,7 +171,7 @@ enum FrameParser {
             frame = .message(MessageFragment(messageID: messageID, data: r.rest(), isFinal: flags & FrameFlags.fin.rawValue != 0))
         case .unreliable: frame = .unreliable(r.rest())
         case .resourceOffer:
-            let name = try r.string("name", limit: Wire.maxName)
+            let name = try r.string("name", limit: Wire.maxResourceName)
             let size = try r.u64("size")
             let hash = try r.fixed(32, "sha256")
             let media = try r.string("media type", limit: Wire.maxMediaType)
@@ -217,7 +217,8 @@ enum FrameRules {
         case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
             guard d.count <= Wire.maxPayload else { throw FrameError(.tooLong(field: "data", length: d.count, limit: Wire.maxPayload)) }
         case .resourceOffer(let o):
-            try checkName(o.name)
+            // Any text: a peer's name is never used as a path (the receiver sanitises it).
+            guard !o.name.isEmpty else { throw bad("name", "must not be empty") }
             guard !o.mediaType.isEmpty else { throw bad("media type", "must not be empty") }
         case .streamOpen(_, let name):
             try checkName(name)
@@ -230,8 +231,8 @@ enum FrameRules {
         if frame.type.streamRule == .nonZero && frame.streamID == 0 { throw FrameError(.badStreamID(0)) }
     }
 
-    /// A resource's or a stream's name: not empty, no '/' (it may become a file name), no
-    /// control characters.
+    /// A stream's name: not empty, no '/', no control characters (it is shown to users and
+    /// may name a socket).
     private static func checkName(_ name: String) throws(FrameError) {
         guard !name.isEmpty else { throw FrameError(.invalidValue(field: "name", reason: "must not be empty")) }
         guard !name.unicodeScalars.contains(where: { $0 == "/" || $0.value < 0x20 || $0.value == 0x7F }) else {

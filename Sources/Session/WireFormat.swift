@@ -22,8 +22,12 @@ public enum Wire {
     public static let maxDisplayName = 63
     /// CLOSE's text in UTF-8 bytes.
     public static let maxCloseText = 256
-    /// A resource's or a stream's name in UTF-8 bytes.
+    /// A stream's name in UTF-8 bytes.
     public static let maxName = 255
+    /// A resource's name in UTF-8 bytes. Longer than a file name: it is what the sender
+    /// calls the resource (it may be a path on the sender's system); the receiver makes a
+    /// file name of it (`ResourceName.sanitise`).
+    public static let maxResourceName = 1024
     /// A resource's media type in UTF-8 bytes.
     public static let maxMediaType = 127
     /// A message fragment's data: the payload less the message id.
@@ -179,12 +183,23 @@ public struct Reason: RawRepresentable, Sendable, Hashable, CustomStringConverti
     public static let cancelled = Reason(rawValue: 17)
     /// The same session was replaced by a newer connection from the peer.
     public static let replaced = Reason(rawValue: 18)
+    /// A resource's bytes do not have the offered SHA-256.
+    public static let hashMismatch = Reason(rawValue: 19)
+    /// A resource is larger than the receiver accepts (its quota).
+    public static let tooLarge = Reason(rawValue: 20)
+    /// The receiver has no room for the resource (checked before accepting, or it ran out).
+    public static let noSpace = Reason(rawValue: 21)
+    /// Reading or writing the resource's file failed on this side.
+    public static let ioError = Reason(rawValue: 22)
+    /// The sender's file changed (its hash differs from what was offered before).
+    public static let sourceChanged = Reason(rawValue: 23)
 
     /// Every reason this version defines, by name.
     public static let known: [Reason] = [
         .normal, .declined, .timeout, .full, .busy, .duplicate, .encryptionMismatch, .versionMismatch,
         .protocolError, .flowControl, .lost, .identityMismatch, .tlsFailed, .selfConnection,
         .transportClosed, .messageTooLarge, .shuttingDown, .cancelled, .replaced,
+        .hashMismatch, .tooLarge, .noSpace, .ioError, .sourceChanged,
     ]
 
     /// The name used in events and docs, e.g. "encryption-mismatch"; "reason-N" for unknown numbers.
@@ -209,6 +224,11 @@ public struct Reason: RawRepresentable, Sendable, Hashable, CustomStringConverti
         case 16: "shutting-down"
         case 17: "cancelled"
         case 18: "replaced"
+        case 19: "hash-mismatch"
+        case 20: "too-large"
+        case 21: "no-space"
+        case 22: "io-error"
+        case 23: "source-changed"
         default: "reason-\(rawValue)"
         }
     }

@@ -12,6 +12,9 @@ import Testing
     }
 
     static let maxName = String(repeating: "n", count: Wire.maxName)
+    /// A resource name may be anything (the receiver sanitises it): a path with a NUL and a
+    /// newline, 1024 bytes.
+    static let maxResourceName = "../../etc/\u{0}\n" + String(repeating: "r", count: Wire.maxResourceName - 12)
     static let boundaries: [Frame] = [
         // Empty payloads and the smallest values.
         .hello(Hello(versions: [1], peerID: Fixtures.peer(0), displayName: "x", encryption: .none, role: .listener)),
@@ -36,7 +39,7 @@ import Testing
         .unreliable([UInt8](repeating: 0xAA, count: Wire.maxPayload)),
         .resourceData(resourceID: 0xFFFF_FFFF, data: [UInt8](repeating: 1, count: Wire.maxPayload)),
         .streamData(streamID: 1, data: [UInt8](repeating: 2, count: Wire.maxPayload)),
-        .resourceOffer(ResourceOffer(resourceID: 2, name: maxName, size: .max, sha256: Fixtures.hash,
+        .resourceOffer(ResourceOffer(resourceID: 2, name: maxResourceName, size: .max, sha256: Fixtures.hash,
                                      mediaType: String(repeating: "m", count: Wire.maxMediaType))),
         .streamOpen(streamID: 2, name: maxName),
         .streamClose(streamID: 2, reason: Reason(rawValue: 999)),

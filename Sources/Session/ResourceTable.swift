@@ -1,0 +1,263 @@
+/// The resources of one connection, both ways, as a state machine without I/O: it checks
+/// every RESOURCE_* frame from the peer against what was offered and accepted, and builds
+/// the frames this side sends. The caller (the `Peer` module) owns the files, the hashing
+/// and the sending of the bytes; it feeds each resource frame in (`received`) and acts on the
+/// events, and asks for frames with the commands (`offer`, `accept`, …).
+///
+/// The transfer, as docs/peer-protocol.md gives it:
+///
+///     sender                          receiver
+///     RESOURCE_OFFER id name size sha256 type  →
+///                     ←  RESOURCE_ACCEPT id offset   (or RESOURCE_DECLINE id reason)
+///     RESOURCE_DATA id bytes (from offset, in order)  →
+///     RESOURCE_DONE id                →
+///                     ←  RESOURCE_DONE id            (verified and saved)
+///                     ←  RESOURCE_CANCEL id hash-mismatch (or any reason)
+///
+/// Either side may send RESOURCE_CANCEL until the end. A peer that breaks the rules for one
+/// resource (data before an accept, more bytes than offered, DONE short of the size, an id
+/// used twice, an id of the wrong side) loses that resource, with a `.violation` event and a
+/// RESOURCE_CANCEL (`protocol-error`) to send; the session and its other resources go on.
+/// Frames for a resource that has ended are ignored: they may have been in flight when it
+/// ended (a cancel crossing data on the wire).
+public struct ResourceTable: Sendable {
+    /// One resource as the table knows it.
+    public struct Transfer: Sendable, Hashable {
+        /// What was offered.
+        public let offer: ResourceOffer
+        /// Whether this side sends it.
+        public let outgoing: Bool
+        /// Where it is.
+        public fileprivate(set) var phase: Phase
+        /// The offset the receiver asked for (0 until accepted).
+        public fileprivate(set) var offset: UInt64 = 0
+        /// The position of the next byte: received (incoming) or handed out to send (outgoing).
+        public fileprivate(set) var position: UInt64 = 0
+    }
+
+    /// A resource's phase.
+    public enum Phase: Sendable, Hashable {
+        /// Offered, not yet answered.
+        case offered
+        /// Accepted: bytes flow from `offset`.
+        case transferring
+        /// The sender sent DONE: the receiver verifies, the sender waits for its answer.
+        case verifying
+    }
+
+    /// What a frame from the peer means.
+    public enum Event: Sendable, Hashable {
+        /// The peer offers a resource: answer with `accept` or `decline`.
+        case offered(ResourceOffer)
+        /// The peer accepted our resource `id`: send from `offset`.
+        case accepted(id: UInt32, offset: UInt64)
+        /// The peer declined our resource.
+        case declined(id: UInt32, reason: Reason)
+        /// Bytes of an incoming resource, at `offset` in it (they follow the previous ones).
+        case data(id: UInt32, offset: UInt64, bytes: [UInt8])
+        /// The sender says every byte was sent: check the hash, then `verified` or `cancel`.
+        case complete(id: UInt32)
+        /// The peer verified and saved our resource.
+        case delivered(id: UInt32)
+        /// The peer cancelled a resource (either way).
+        case cancelled(id: UInt32, reason: Reason)
+        /// The peer broke the rules for this resource: it has ended; send `reply` (a
+        /// RESOURCE_CANCEL with `protocol-error`) and drop what was received.
+        case violation(id: UInt32, why: String, reply: Frame)
+        /// A frame for a resource that has ended (in flight when it ended): nothing to do.
+        case ignored(id: UInt32)
+    }
+
+    /// A command that does not fit the resource's state.
+    public struct CommandError: Error, Sendable, Hashable, CustomStringConvertible {
+        /// What is wrong.
+        public let description: String
+    }
+
+    /// The resources in progress, by id.
+    public private(set) var transfers: [UInt32: Transfer] = [:]
+    /// Ids that have ended: a late frame for one is ignored, a new offer reusing one is
+    /// refused. Four bytes a resource for the connection's life.
+    private var ended: Set<UInt32> = []
+    private let role: Role
+    private var nextID: UInt32
+
+    /// The table of a connection this side dialled or accepted: ids this side allocates are
+    /// odd for the dialer and even for the listener, so the two sides never collide.
+    public init(role: Role) {
+        self.role = role
+        nextID = role == .dialer ? 1 : 2
+    }
+
+    // MARK: Commands
+
+    /// Offers a resource; returns its id and the RESOURCE_OFFER to send.
+    public mutating func offer(name: String, size: UInt64, sha256: [UInt8], mediaType: String) -> (id: UInt32, frame: Frame) {
+        let id = nextID
+        // 2^31 resources on one connection: wrap within the side's parity.
+        nextID = nextID >= UInt32.max - 1 ? (role == .dialer ? 1 : 2) : nextID + 2
+        let offer = ResourceOffer(resourceID: id, name: name, size: size, sha256: sha256, mediaType: mediaType)
+        transfers[id] = Transfer(offer: offer, outgoing: true, phase: .offered)
+        return (id, .resourceOffer(offer))
+    }
+
+    /// Accepts the peer's resource from `offset` (0, or what an earlier transfer verified).
+    public mutating func accept(_ id: UInt32, from offset: UInt64) throws(CommandError) -> Frame {
+        let t = try incoming(id, in: .offered, "accept")
+        guard offset <= t.offer.size else {
+            throw CommandError(description: "offset \(offset) is past the end of resource \(id) (\(t.offer.size) bytes)")
+        }
+        transfers[id]?.phase = .transferring
+        transfers[id]?.offset = offset
+        transfers[id]?.position = offset
+        return .resourceAccept(resourceID: id, offset: offset)
+    }
+
+    /// Declines the peer's offer.
+    public mutating func decline(_ id: UInt32, reason: Reason) throws(CommandError) -> Frame {
+        _ = try incoming(id, in: .offered, "decline")
+        end(id)
+        return .resourceDecline(resourceID: id, reason: reason)
+    }
+
+    /// Counts `count` bytes of our resource as handed to the sender; false when that would
+    /// pass the offered size (the file grew: cancel with `source-changed`).
+    public mutating func sending(_ id: UInt32, count: Int) -> Bool {
+        guard let t = transfers[id], t.outgoing, t.phase == .transferring, t.position + UInt64(count) <= t.offer.size else { return false }
+        transfers[id]?.position += UInt64(count)
+        return true
+    }
+
+    /// Every byte of our resource was handed out: the RESOURCE_DONE to send after them.
+    public mutating func finishSending(_ id: UInt32) throws(CommandError) -> Frame {
+        guard let t = transfers[id], t.outgoing, t.phase == .transferring else {
+            throw CommandError(description: "resource \(id) is not being sent")
+        }
+        guard t.position == t.offer.size else {
+            throw CommandError(description: "resource \(id): \(t.position) of \(t.offer.size) bytes sent")
+        }
+        transfers[id]?.phase = .verifying
+        return .resourceDone(resourceID: id)
+    }
+
+    /// The peer's resource was verified and saved: the RESOURCE_DONE that tells its sender.
+    public mutating func verified(_ id: UInt32) throws(CommandError) -> Frame {
+        _ = try incoming(id, in: .verifying, "confirm")
+        end(id)
+        return .resourceDone(resourceID: id)
+    }
+
+    /// Ends a resource from this side (the user cancelled, the hash did not match, the disk
+    /// filled): the RESOURCE_CANCEL to send, or nil when it had already ended.
+    public mutating func cancel(_ id: UInt32, reason: Reason) -> Frame? {
+        guard transfers[id] != nil else { return nil }
+        end(id)
+        return .resourceCancel(resourceID: id, reason: reason)
+    }
+
+    /// The connection ended: every resource in progress, for the caller to report (and, for
+    /// incoming ones, keep for resuming).
+    public mutating func connectionEnded() -> [Transfer] {
+        let all = transfers.keys.sorted().compactMap { transfers[$0] }
+        for t in all { end(t.offer.resourceID) }
+        return all
+    }
+
+    private func incoming(_ id: UInt32, in phase: Phase, _ what: String) throws(CommandError) -> Transfer {
+        guard let t = transfers[id], !t.outgoing else { throw CommandError(description: "no incoming resource \(id) to \(what)") }
+        guard t.phase == phase else { throw CommandError(description: "resource \(id) cannot be \(what)ed now (\(t.phase))") }
+        return t
+    }
+
+    private mutating func end(_ id: UInt32) {
+        transfers.removeValue(forKey: id)
+        ended.insert(id)
+    }
+
+    // MARK: Frames from the peer
+
+    /// What a RESOURCE_* frame from the peer means. Other frames are not the table's: nil.
+    public mutating func received(_ frame: Frame) -> Event? {
+        switch frame {
+        case .resourceOffer(let o): return offered(o)
+        case .resourceAccept(let id, let offset):
+            guard let t = live(id, outgoing: true, frame) else { return late(id, frame) }
+            guard t.phase == .offered else { return violation(id, "RESOURCE_ACCEPT for resource \(id) that was already answered") }
+            guard offset <= t.offer.size else {
+                return violation(id, "RESOURCE_ACCEPT offset \(offset) is past the end of resource \(id) (\(t.offer.size) bytes)")
+            }
+            transfers[id]?.phase = .transferring
+            transfers[id]?.offset = offset
+            transfers[id]?.position = offset
+            return .accepted(id: id, offset: offset)
+        case .resourceDecline(let id, let reason):
+            guard let t = live(id, outgoing: true, frame) else { return late(id, frame) }
+            guard t.phase == .offered else { return violation(id, "RESOURCE_DECLINE for resource \(id) that was already accepted") }
+            end(id)
+            return .declined(id: id, reason: reason)
+        case .resourceData(let id, let bytes):
+            guard let t = live(id, outgoing: false, frame) else { return late(id, frame) }
+            guard t.phase == .transferring else {
+                return violation(id, "RESOURCE_DATA for resource \(id) \(t.phase == .offered ? "before it was accepted" : "after its RESOURCE_DONE")")
+            }
+            guard UInt64(bytes.count) <= t.offer.size - t.position else {
+                return violation(id, "resource \(id) got more bytes than offered (\(t.offer.size))")
+            }
+            transfers[id]?.position += UInt64(bytes.count)
+            return .data(id: id, offset: t.position, bytes: bytes)
+        case .resourceDone(let id):
+            guard let t = transfers[id] else { return late(id, frame) }
+            if t.outgoing {
+                guard t.phase == .verifying else { return violation(id, "RESOURCE_DONE for resource \(id) before it was all sent") }
+                end(id)
+                return .delivered(id: id)
+            }
+            guard t.phase == .transferring, t.position == t.offer.size else {
+                return violation(id, "RESOURCE_DONE for resource \(id) after \(t.position) of \(t.offer.size) bytes")
+            }
+            transfers[id]?.phase = .verifying
+            return .complete(id: id)
+        case .resourceCancel(let id, let reason):
+            guard transfers[id] != nil else { return late(id, frame) }
+            end(id)
+            return .cancelled(id: id, reason: reason)
+        default:
+            return nil
+        }
+    }
+
+    private mutating func offered(_ o: ResourceOffer) -> Event {
+        let id = o.resourceID
+        // The peer's ids have the other parity: odd ones are the dialer's.
+        let peerIsDialer = role == .listener
+        guard (id % 2 == 1) == peerIsDialer else {
+            return violation(id, "resource id \(id) belongs to this side (the \(peerIsDialer ? "dialer" : "listener") uses \(peerIsDialer ? "odd" : "even") ids)", known: false)
+        }
+        // An id in progress: that resource is lost as well. An id that has ended: refused.
+        if transfers[id] != nil { return violation(id, "resource id \(id) reused") }
+        if ended.contains(id) { return violation(id, "resource id \(id) reused", known: false) }
+        transfers[id] = Transfer(offer: o, outgoing: false, phase: .offered)
+        return .offered(o)
+    }
+
+    /// The resource `id` in progress in the given direction, or nil.
+    private func live(_ id: UInt32, outgoing: Bool, _ frame: Frame) -> Transfer? {
+        guard let t = transfers[id], t.outgoing == outgoing else { return nil }
+        return t
+    }
+
+    /// A frame for no resource in progress in its direction: late when the id has ended (or
+    /// is ours and still running the other way), else the peer made it up.
+    private mutating func late(_ id: UInt32, _ frame: Frame) -> Event {
+        if ended.contains(id) { return .ignored(id: id) }
+        if transfers[id] != nil { return violation(id, "\(frame.type) for resource \(id) from the wrong side") }
+        return violation(id, "\(frame.type) for resource \(id), which was never offered", known: false)
+    }
+
+    /// Ends resource `id` (when `known`: an id the peer made up is not remembered, so a
+    /// flood of them costs no memory) and says what to send back.
+    private mutating func violation(_ id: UInt32, _ why: String, known: Bool = true) -> Event {
+        if known { end(id) }
+        return .violation(id: id, why: why, reply: .resourceCancel(resourceID: id, reason: .protocolError))
+    }
+}
