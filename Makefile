@@ -74,7 +74,9 @@ man:
 
 MANDIR := $(PREFIX)/share/man
 BASHCOMPDIR := $(PREFIX)/share/bash-completion/completions
-ZSHCOMPDIR := $(PREFIX)/share/zsh/vendor-completions
+# Where Debian's zsh looks: vendor-completions for the system's own prefix (the package),
+# site-functions for /usr/local and others (already in zsh's default fpath there).
+ZSHCOMPDIR := $(if $(filter /usr,$(PREFIX)),$(PREFIX)/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 
 install: release
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink
