@@ -14,7 +14,7 @@
 #
 # Build: a Swift toolchain (cannot be installed from here), pkg-config,
 # libdbus-1-dev, libavahi-client-dev, libssl-dev, dbus (dbus-daemon,
-# dbus-send), systemd (busctl), avahi-utils, openssl, socat, groff-base, zsh
+# dbus-send), systemd (busctl), avahi-utils, openssl, socat, file, groff-base, zsh
 # and bash-completion (the unit tests format the man pages and run the
 # completions).  Lab: qemu-system-x86, a kernel (linux-image-amd64),
 # bluez, bluez-test-tools (btvirt), bluez-test-scripts, python3-dbus,
@@ -77,6 +77,7 @@ BUILD_DEPS=(
     "libssl-dev|OpenSSL 3 headers (peer sessions' TLS)|have_file /usr/include/openssl/ssl.h"
     "openssl|openssl s_client (TLS tests)|have_cmd openssl"
     "socat|socat (peer-session tests and baselines)|have_cmd socat"
+    "file|file (the image-header tests compare with it)|have_cmd file"
     "groff-base|groff (the man pages are checked with groff -man -ww)|have_cmd groff"
     "zsh|zsh (the zsh completion is run by the tests)|have_cmd zsh"
     "bash-completion|bash-completion (the bash completion is run with it)|have_file /usr/share/bash-completion/bash_completion"

@@ -50,6 +50,8 @@ public struct FuzzTarget: Sendable {
                    run: MachineTarget.run),
         FuzzTarget(name: "resource-name", summary: "a resource name from a peer: the sanitised name is one safe file name in the inbox, stable when sanitised again",
                    run: SessionTargets.resourceName),
+        FuzzTarget(name: "image-header", summary: "a received file's first bytes as PNG or JPEG headers: a header found is stable when more bytes follow",
+                   run: SessionTargets.imageHeader),
     ]
 
     /// The target called `name`.

@@ -137,4 +137,21 @@ enum SessionTargets {
     }
 
     private static func shown(_ name: String) -> String { "the name \(show(Array(name.utf8.prefix(64))))" }
+
+    // MARK: Image headers
+
+    /// Input: a received file's first bytes. Properties: a header found has a known format
+    /// and a size of at least 1 × 1, and more bytes after it never change it (the header is
+    /// read from the bytes before it alone); the media type agrees with the header.
+    static func imageHeader(_ input: [UInt8]) throws(PropertyViolation) {
+        let header = ImageHeader.parse(input)
+        try check(ImageHeader.mediaType(of: input) == (header?.format.mediaType ?? "application/octet-stream"),
+                  "the media type disagrees with the header \(String(describing: header))")
+        guard let header else { return }
+        try check(header.width >= 1 && header.height >= 1, "a header of \(header.width) x \(header.height)")
+        if input.count < ImageHeader.maxHeaderBytes {
+            let longer = ImageHeader.parse(input + [0xFF, 0xD9, 0x00, 0x89])
+            try check(longer == header, "appending bytes changed \(header) to \(String(describing: longer))")
+        }
+    }
 }

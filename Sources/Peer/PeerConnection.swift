@@ -304,6 +304,7 @@ public final class PeerConnection: Sendable {
             case .startTLS(let asClient):
                 startTLS(asClient: asClient, &s, &events)
             case .emit(let e):
+                declineTransfers(e, &s)
                 events.append(e)
             case .armTimer(let at):
                 s.timerGeneration += 1
@@ -317,6 +318,17 @@ public final class PeerConnection: Sendable {
             case .closeTransport:
                 closeTransport(&s)
             }
+        }
+    }
+
+    /// Resource offers and stream opens are answered RESOURCE_DECLINE / STREAM_CLOSE with
+    /// `declined`, as peer-protocol.md asks of a side without transfers, so the peer's
+    /// sender does not wait for an answer that never comes. (Transfers replace this.)
+    private func declineTransfers(_ e: ConnectionEvent, _ s: inout State) {
+        switch e {
+        case .frame(.resourceOffer(let o)): enqueue(.resourceDecline(resourceID: o.resourceID, reason: .declined), &s)
+        case .frame(.streamOpen(let id, _)): enqueue(.streamClose(streamID: id, reason: .declined), &s)
+        default: break
         }
     }
 

@@ -161,6 +161,28 @@ extension PeerFlowTests {
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
 
+    /// Until transfers exist, an offered resource and an opened stream are declined at once
+    /// (peer-protocol.md), and the session goes on.
+    @Test func offersAndStreamOpensAreDeclined() async throws {
+        let a = try Node("declines", encryption: .optional)
+        defer { a.node.stop() }
+        let raw = try await RawPeer.connect(port: a.node.port)
+        defer { raw.close() }
+        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let offer = ResourceOffer(resourceID: 3, name: "../../x.png", size: 10, sha256: [UInt8](repeating: 1, count: 32), mediaType: "image/png")
+        try await RawPeer.offPool { try raw.send(.resourceOffer(offer)) }
+        let decline = try await RawPeer.offPool { try raw.read { if case .resourceDecline = $0 { true } else { false } } }
+        #expect(decline == .resourceDecline(resourceID: 3, reason: .declined))
+        try await RawPeer.offPool { try raw.send(.streamOpen(streamID: 5, name: "video")) }
+        let close = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
+        #expect(close == .streamClose(streamID: 5, reason: .declined))
+        // The session is still up: a message arrives.
+        try await RawPeer.offPool { try raw.send(.message(MessageFragment(messageID: 1, data: Array("still here".utf8), isFinal: true))) }
+        let got = await a.wait("message") { if case .message(_, let bytes, _) = $0 { bytes == Array("still here".utf8) } else { false } }
+        #expect(got != nil && a.node.sessions.first?.peer == me)
+    }
+
     /// A peer that does not read its socket: once the transport's buffers are full the
     /// datagram lane fills (32) and the newest are dropped and counted; sends never wait.
     @Test func datagramsToAPeerThatDoesNotReadAreDroppedAndCounted() async throws {

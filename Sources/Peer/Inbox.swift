@@ -1,0 +1,141 @@
+import Session
+import SystemKit
+import TLS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where resources from peers land. The inbox directory holds finished, verified files only;
+/// transfers in progress live in `<inbox>/.part/` as `<key>.data` (the bytes so far) and
+/// `<key>.state` (how many of them are on the disk for sure). Nothing appears under a final
+/// name unless it is whole and its SHA-256 is the offered one: the data is flushed, then
+/// linked into place under a name of its own (never over another file).
+///
+/// A part's key is the sender's peer ID, the content's SHA-256 and its size: the same file
+/// from the same peer resumes where it stopped, whatever it is called, and a changed file
+/// (another hash) starts over.
+public final class Inbox: @unchecked Sendable {
+    /// The inbox directory.
+    public let directory: String
+    /// Transfers in progress.
+    public var partDirectory: String { AtomicFile.join(directory, ".part") }
+    /// The limits every transfer is checked against.
+    public let limits: Limits
+
+    /// What the inbox accepts.
+    public struct Limits: Sendable, Hashable {
+        /// The largest resource (`max_resource_bytes`).
+        public var maxResourceBytes: UInt64
+        /// Space left free on the inbox's file system after a transfer.
+        public var reserveBytes: UInt64
+        /// How often (in bytes received) the data is flushed and its length recorded: what a
+        /// crash of the machine can lose, and what a resumed transfer sends again.
+        public var syncInterval: UInt64
+
+        /// Limits.
+        public init(maxResourceBytes: UInt64 = 4 << 30, reserveBytes: UInt64 = 16 << 20, syncInterval: UInt64 = 4 << 20) {
+            self.maxResourceBytes = maxResourceBytes
+            self.reserveBytes = reserveBytes
+            self.syncInterval = syncInterval
+        }
+    }
+
+    /// Opens (and makes, mode 0700) the inbox and its part directory.
+    public init(directory: String, limits: Limits = Limits()) throws(InboxError) {
+        self.directory = directory
+        self.limits = limits
+        do {
+            try AtomicFile.makeDirectory(directory, mode: 0o700)
+            try AtomicFile.makeDirectory(partDirectory, mode: 0o700)
+        } catch {
+            throw .io("making the inbox \(directory)", error)
+        }
+    }
+
+    /// Starts (or resumes) receiving `offer` from `peer`: checks the quota and the free
+    /// space, and opens the part, whose `offset` is where the sender should start.
+    public func receive(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) -> IncomingFile {
+        guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
+        guard offer.sha256.count == 32 else { throw .invalid("the offer's SHA-256 is \(offer.sha256.count) bytes") }
+        let key = Self.key(offer, peer)
+        let part = try IncomingFile(inbox: self, offer: offer, key: key)
+        let needed = offer.size - part.offset
+        let available: UInt64
+        do { available = try FileSystem.availableBytes(at: directory) } catch {
+            part.close()
+            throw .io("reading the free space of \(directory)", error)
+        }
+        guard available >= needed, available - needed >= limits.reserveBytes else {
+            part.discard()
+            throw .noSpace(needed: needed, available: available)
+        }
+        return part
+    }
+
+    /// The part's key: who sent it and what it is.
+    static func key(_ offer: ResourceOffer, _ peer: PeerID) -> String {
+        let hex = offer.sha256.map { String($0, radix: 16).leftPadded(2) }.joined()
+        return "\(peer.hex.prefix(16))-\(hex)-\(offer.size)"
+    }
+
+    /// The finished files, by name.
+    public func files() throws(InboxError) -> [String] {
+        do { return try FileSystem.names(in: directory).filter { $0 != ".part" } } catch {
+            throw .io("listing \(directory)", error)
+        }
+    }
+}
+
+/// Why the inbox cannot take a resource, with the reason the sender is told.
+public enum InboxError: Error, Sendable, CustomStringConvertible {
+    /// Over the quota.
+    case tooLarge(size: UInt64, limit: UInt64)
+    /// Not enough free space (after the reserve).
+    case noSpace(needed: UInt64, available: UInt64)
+    /// The bytes do not have the offered hash.
+    case hashMismatch(expected: [UInt8], got: [UInt8])
+    /// A use that does not fit (too many bytes, finished twice).
+    case invalid(String)
+    /// A file operation failed.
+    case io(String, Error)
+
+    /// The reason for the sender (RESOURCE_DECLINE or RESOURCE_CANCEL).
+    public var reason: Reason {
+        switch self {
+        case .tooLarge: .tooLarge
+        case .noSpace: .noSpace
+        case .hashMismatch: .hashMismatch
+        case .invalid: .protocolError
+        case .io(_, let e): (e as? SystemError)?.code == ENOSPC ? .noSpace : .ioError
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .tooLarge(let size, let limit): "the resource is \(size) bytes; this inbox takes at most \(limit) (max_resource_bytes)"
+        case .noSpace(let needed, let available): "the resource needs \(needed) bytes; \(available) are free (with the reserve kept)"
+        case .hashMismatch(let expected, let got):
+            "the received bytes have SHA-256 \(got.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined())…, not the offered \(expected.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined())…"
+        case .invalid(let why): why
+        case .io(let what, let e): "\(what): \(e)"
+        }
+    }
+}
+
+/// A finished, verified file in the inbox.
+public struct ReceivedFile: Sendable, Hashable {
+    /// Its path.
+    public let path: String
+    /// Its name in the inbox (the peer's name made safe, numbered when taken).
+    public let name: String
+    /// Its size.
+    public let size: UInt64
+    /// Its media type as the sender offered it.
+    public let mediaType: String
+    /// Its SHA-256.
+    public let sha256: [UInt8]
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
+}

@@ -1,0 +1,155 @@
+import Session
+import SystemKit
+import TLS
+
+/// One resource being received into an `Inbox`: bytes are appended and hashed as they come,
+/// flushed every `syncInterval` bytes with their length recorded (the length a resume can
+/// trust), and at the end verified and moved to a final name. Used from one queue or actor.
+public final class IncomingFile: @unchecked Sendable {
+    /// What was offered.
+    public let offer: ResourceOffer
+    /// Where the sender should start: what an earlier transfer left on the disk for sure.
+    public let offset: UInt64
+    /// Bytes on the part so far (offset plus what came since).
+    public private(set) var received: UInt64
+
+    private let inbox: Inbox
+    private let dataPath: String
+    private let statePath: String
+    private let file: RegularFile
+    private let digest: SHA256Digest
+    private var synced: UInt64
+    private var ended = false
+
+    /// Opens the part for `key`, resuming from its recorded length: the data is cut to that
+    /// length and hashed again (the digest must cover every byte), so a crash of the machine
+    /// after the record cannot leave unflushed garbage in the middle.
+    init(inbox: Inbox, offer: ResourceOffer, key: String) throws(InboxError) {
+        self.inbox = inbox
+        self.offer = offer
+        dataPath = AtomicFile.join(inbox.partDirectory, key + ".data")
+        statePath = AtomicFile.join(inbox.partDirectory, key + ".state")
+        do {
+            file = try RegularFile.openForWriting(dataPath)
+            digest = try SHA256Digest()
+            let recorded = Self.recordedLength(statePath)
+            let start = min(recorded, try file.size(), offer.size)
+            try file.truncate(to: start)
+            var at: UInt64 = 0
+            while at < start {
+                let chunk = try file.read(at: at, count: Int(min(1 << 20, start - at)))
+                guard !chunk.isEmpty else { break }
+                try digest.update(chunk)
+                at += UInt64(chunk.count)
+            }
+            offset = at
+            received = at
+            synced = at
+        } catch let e as InboxError {
+            throw e
+        } catch {
+            throw .io("opening the part \(dataPath)", error)
+        }
+    }
+
+    /// The length a state file records (0 when there is none or it is unreadable: start over).
+    private static func recordedLength(_ path: String) -> UInt64 {
+        guard let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 64),
+              let text = String(validating: bytes, as: UTF8.self),
+              let n = UInt64(text.trimmingSuffix("\n")) else { return 0 }
+        return n
+    }
+
+    /// Appends the next bytes.
+    public func write(_ bytes: [UInt8]) throws(InboxError) {
+        guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
+        guard UInt64(bytes.count) <= offer.size - received else {
+            throw .invalid("more bytes than the \(offer.size) offered")
+        }
+        do {
+            try file.write(bytes, at: received)
+            try digest.update(bytes)
+        } catch {
+            throw .io("writing \(dataPath)", error)
+        }
+        received += UInt64(bytes.count)
+        if received - synced >= inbox.limits.syncInterval { try checkpoint() }
+    }
+
+    /// Flushes the data and records its length: a resume starts from here at worst.
+    public func checkpoint() throws(InboxError) {
+        guard !ended, received > synced else { return }
+        do {
+            try file.sync()
+            try AtomicFile.write(Array("\(received)\n".utf8), to: statePath, mode: 0o600)
+        } catch {
+            throw .io("recording the progress of \(dataPath)", error)
+        }
+        synced = received
+    }
+
+    /// Every byte came: checks the hash, flushes, and links the file into the inbox under
+    /// its safe name (numbered when taken). A wrong hash removes the part.
+    public func finish() throws(InboxError) -> ReceivedFile {
+        guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
+        guard received == offer.size else { throw .invalid("\(received) of \(offer.size) bytes received") }
+        let got: [UInt8]
+        do { got = try digest.finish() } catch { throw .io("hashing \(dataPath)", error) }
+        guard got == offer.sha256 else {
+            discard()
+            throw .hashMismatch(expected: offer.sha256, got: got)
+        }
+        do {
+            try file.sync()
+            file.close()
+            let safe = ResourceName.sanitise(offer.name)
+            // Each candidate is tried by linking: a name taken meanwhile is never replaced.
+            var name: String?
+            var n = 1
+            while name == nil, n <= 10_000 {
+                let candidate = n == 1 ? safe : ResourceName.numbered(safe, n)
+                if try FileSystem.moveWithoutReplacing(dataPath, to: AtomicFile.join(inbox.directory, candidate)) { name = candidate }
+                n += 1
+            }
+            guard let name else { throw InboxError.invalid("10,000 files called \(safe) are in the inbox already") }
+            try FileSystem.syncDirectory(inbox.directory)
+            try FileSystem.remove(statePath)
+            ended = true
+            return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,
+                                mediaType: offer.mediaType, sha256: got)
+        } catch let e as InboxError {
+            discard()
+            throw e
+        } catch {
+            discard()
+            throw .io("saving \(offer.name) in \(inbox.directory)", error)
+        }
+    }
+
+    /// The transfer stopped but may resume (the link dropped): records what is on the disk.
+    public func suspend() {
+        guard !ended else { return }
+        try? checkpoint()
+        ended = true
+        file.close()
+    }
+
+    /// The transfer is over without a file (declined, cancelled, a lie, a wrong hash): the
+    /// part goes.
+    public func discard() {
+        ended = true
+        file.close()
+        _ = try? FileSystem.remove(dataPath)
+        _ = try? FileSystem.remove(statePath)
+    }
+
+    /// Closes without recording (the part stays as it was).
+    func close() {
+        ended = true
+        file.close()
+    }
+}
+
+private extension String {
+    func trimmingSuffix(_ suffix: String) -> String { hasSuffix(suffix) ? String(dropLast(suffix.count)) : self }
+}

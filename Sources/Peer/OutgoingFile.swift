@@ -1,0 +1,79 @@
+import Session
+import SystemKit
+import TLS
+
+/// A file this side offers: hashed once when opened (the offer carries its SHA-256, size
+/// and media type), then read in pieces from whatever offset each receiver asks for. Every
+/// receiver reads the same open file, so the data comes from the disk once and from the page
+/// cache after. A file changed since it was opened (size or modification time) is refused
+/// from then on: its hash would be wrong.
+public final class OutgoingFile: @unchecked Sendable {
+    /// The path it was opened at.
+    public let path: String
+    /// The name offered (the path's last component unless given).
+    public let name: String
+    /// Its size when opened.
+    public let size: UInt64
+    /// Its SHA-256.
+    public let sha256: [UInt8]
+    /// Its media type (from its first bytes when not given).
+    public let mediaType: String
+    /// Its image header, when it is a PNG or JPEG.
+    public let image: ImageHeader?
+
+    private let file: RegularFile
+    private let modified: Int64
+
+    /// The largest piece `read` hands out (one RESOURCE_DATA frame's payload).
+    public static let maxChunk = Wire.maxPayload
+
+    /// Opens and hashes `path`. Errors name the path and the failing call.
+    public init(path: String, name: String? = nil, mediaType: String? = nil) throws {
+        self.path = path
+        file = try RegularFile.openForReading(path)
+        let (size, modified) = try file.status()
+        let digest = try SHA256Digest()
+        var at: UInt64 = 0
+        var head: [UInt8] = []
+        while at < size {
+            let chunk = try file.read(at: at, count: Int(min(1 << 20, size - at)))
+            if chunk.isEmpty { break }
+            if head.count < ImageHeader.maxHeaderBytes { head += chunk.prefix(ImageHeader.maxHeaderBytes - head.count) }
+            try digest.update(chunk)
+            at += UInt64(chunk.count)
+        }
+        let after = try file.status()
+        guard at == size, after.size == size, after.modified == modified else {
+            throw ChangedWhileHashing(path: path)
+        }
+        self.size = size
+        self.modified = modified
+        sha256 = try digest.finish()
+        image = ImageHeader.parse(head)
+        self.mediaType = mediaType ?? image?.format.mediaType ?? "application/octet-stream"
+        self.name = name ?? String(path.split(separator: "/").last ?? Substring(path))
+    }
+
+    /// Up to `count` bytes (at most `maxChunk`) from `offset`; nil when the file changed
+    /// since it was opened (cancel with `source-changed`).
+    public func read(at offset: UInt64, count: Int) throws -> [UInt8]? {
+        guard try unchanged() else { return nil }
+        let n = Int(min(UInt64(min(count, Self.maxChunk)), size - min(offset, size)))
+        let bytes = try file.read(at: offset, count: n)
+        return bytes.count == n ? bytes : nil
+    }
+
+    /// Whether the file is as it was when hashed (same size and modification time).
+    public func unchanged() throws -> Bool {
+        let now = try file.status()
+        return now.size == size && now.modified == modified
+    }
+}
+
+/// A file that changed while it was being hashed for an offer: offer it again when it is
+/// finished being written.
+public struct ChangedWhileHashing: Error, Sendable, CustomStringConvertible {
+    /// The file.
+    public let path: String
+    public var description: String { "\(path) changed while it was being hashed; offer it again once it is written" }
+}

@@ -1,0 +1,149 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An open regular file, for data too large to hold in memory (resources a peer sends or
+/// this side offers): reads and writes at offsets, fsync, truncation. Closed exactly once,
+/// by `close()` or when the last reference goes. Not for sockets (`Channel`) nor for small
+/// state files (`AtomicFile`).
+public final class RegularFile: @unchecked Sendable {
+    /// The descriptor (-1 once closed).
+    private var fd: Int32
+    /// The path it was opened at, for errors.
+    public let path: String
+
+    private init(fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit { if fd >= 0 { closeQuietly(fd) } }
+
+    /// Opens `path` to read.
+    public static func openForReading(_ path: String) throws -> RegularFile {
+        RegularFile(fd: try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }, path: path)
+    }
+
+    /// Opens `path` to read and write, creating it with `mode` when it does not exist.
+    public static func openForWriting(_ path: String, mode: mode_t = 0o600) throws -> RegularFile {
+        RegularFile(fd: try syscall("open", context: path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode) }, path: path)
+    }
+
+    /// The file's size in bytes.
+    public func size() throws -> UInt64 { try status().size }
+
+    /// The file's size and when its content last changed (nanoseconds since 1970): together,
+    /// what says a file was not modified between two looks.
+    public func status() throws -> (size: UInt64, modified: Int64) {
+        var info = stat()
+        try syscall("fstat", context: path) { fstat(fd, &info) }
+        return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+    }
+
+    /// Up to `count` bytes from `offset`; fewer only at the end of the file.
+    public func read(at offset: UInt64, count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let n = try syscall("pread", context: path) {
+                out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
+            }
+            if n == 0 { break }
+            got += n
+        }
+        out.removeLast(count - got)
+        return out
+    }
+
+    /// Writes all of `bytes` at `offset`.
+    public func write(_ bytes: some Collection<UInt8>, at offset: UInt64) throws {
+        let data = Array(bytes)
+        var done = 0
+        while done < data.count {
+            let n = try syscall("pwrite", context: path) {
+                data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(offset) + off_t(done)) }
+            }
+            done += n
+        }
+    }
+
+    /// Cuts (or extends with zeros) the file to `size` bytes.
+    public func truncate(to size: UInt64) throws {
+        try syscall("ftruncate", context: path) { ftruncate(fd, off_t(size)) }
+    }
+
+    /// Flushes the file's data and size to the disk.
+    public func sync() throws {
+        try syscall("fsync", context: path) { fsync(fd) }
+    }
+
+    /// Closes the file (once; later calls do nothing).
+    public func close() {
+        guard fd >= 0 else { return }
+        closeQuietly(fd)
+        fd = -1
+    }
+}
+
+/// File-system operations on paths that resources need beside `AtomicFile`'s.
+public enum FileSystem {
+    /// Bytes free for an unprivileged user on the file system holding `path`.
+    public static func availableBytes(at path: String) throws -> UInt64 {
+        var info = statvfs()
+        try syscall("statvfs", context: path) { statvfs(path, &info) }
+        return UInt64(info.f_bavail) * UInt64(info.f_frsize)
+    }
+
+    /// Whether anything (a file, a directory, a dangling link) is at `path`.
+    public static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
+    /// Moves `from` to `to` unless `to` exists: false then, and nothing changes. A hard link
+    /// and an unlink, so that a file another process put at `to` meanwhile is never replaced
+    /// (`rename` would); both paths must be on one file system.
+    public static func moveWithoutReplacing(_ from: String, to: String) throws -> Bool {
+        if link(from, to) != 0 {
+            let code = errno
+            if code == EEXIST { return false }
+            throw SystemError(call: "link", code: code, context: "\(from) → \(to)")
+        }
+        try syscall("unlink", context: from) { unlink(from) }
+        return true
+    }
+
+    /// Removes the file at `path`; true when there was one.
+    @discardableResult
+    public static func remove(_ path: String) throws -> Bool {
+        if unlink(path) != 0 {
+            let code = errno
+            if code == ENOENT { return false }
+            throw SystemError(call: "unlink", code: code, context: path)
+        }
+        return true
+    }
+
+    /// The names in `directory` (without "." and "..").
+    public static func names(in directory: String) throws -> [String] {
+        guard let dir = opendir(directory) else { throw SystemError(call: "opendir", code: errno, context: directory) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { p in
+                p.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// Flushes `directory` itself (a rename or a link in it survives a power cut).
+    public static func syncDirectory(_ directory: String) throws {
+        let fd = try syscall("open", context: directory) { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { closeQuietly(fd) }
+        try syscall("fsync", context: directory) { fsync(fd) }
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import Peer
+import Session
+import SystemKit
+import TLS
+import Testing
+
+/// The inbox on a real file system: whole files appear only verified, under safe names
+/// inside the inbox; a cut transfer resumes from what was recorded; a wrong hash, the quota
+/// and the free space are refused with the reason the sender is told.
+@Suite struct InboxTests {
+    final class Directory {
+        let path: String
+        init() throws {
+            path = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-inbox-\(UUID().uuidString.prefix(8))").path
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static let peer = PeerID(bytes: [UInt8](repeating: 0x42, count: 32))!
+
+    static func content(_ size: Int, seed: Int = 0) -> [UInt8] {
+        (0..<size).map { UInt8(truncatingIfNeeded: ($0 &+ seed) &* 37 &+ ($0 >> 10)) }
+    }
+
+    static func offer(_ name: String, _ bytes: [UInt8], id: UInt32 = 1) throws -> ResourceOffer {
+        ResourceOffer(resourceID: id, name: name, size: UInt64(bytes.count), sha256: try SHA256Digest.hash(bytes), mediaType: "image/png")
+    }
+
+    /// Every file under `root`, relative to it.
+    static func tree(_ root: String) -> [String] {
+        (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).sorted()
+    }
+
+    @Test(arguments: [0, 1, 4096, 100_003])
+    func aWholeTransferAppearsVerifiedUnderItsName(_ size: Int) throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox", limits: .init(syncInterval: 1000))
+        let bytes = Self.content(size)
+        let part = try inbox.receive(try Self.offer("photo.png", bytes), from: Self.peer)
+        #expect(part.offset == 0)
+        var at = 0
+        while at < bytes.count {
+            let end = min(bytes.count, at + 4000)
+            try part.write(Array(bytes[at..<end]))
+            // Nothing under a final name before the end.
+            #expect(try inbox.files().isEmpty)
+            at = end
+        }
+        let saved = try part.finish()
+        #expect(saved.name == "photo.png" && saved.size == UInt64(size) && saved.mediaType == "image/png")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
+        #expect(try inbox.files() == ["photo.png"])
+        #expect(try FileSystem.names(in: inbox.partDirectory).isEmpty, "the part and its state are gone")
+    }
+
+    @Test func aCutTransferResumesFromWhatWasRecorded() throws {
+        let dir = try Directory()
+        let limits = Inbox.Limits(syncInterval: 10_000)
+        let bytes = Self.content(50_000, seed: 3)
+        let offer = try Self.offer("big.bin", bytes)
+        do {
+            let inbox = try Inbox(directory: dir.path, limits: limits)
+            let part = try inbox.receive(offer, from: Self.peer)
+            try part.write(Array(bytes[0..<20_000]))  // past the interval: flushed and recorded
+            try part.write(Array(bytes[20_000..<25_000]))
+            // The daemon is killed here: 20,000 bytes were recorded, 5,000 more written after.
+        }
+        let inbox = try Inbox(directory: dir.path, limits: limits)
+        let part = try inbox.receive(offer, from: Self.peer)
+        #expect(part.offset == 20_000, "resumes from the recorded length, not from what happened to be written")
+        try part.write(Array(bytes[20_000...]))
+        let saved = try part.finish()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
+
+        // The same content from another peer, or other content, starts over.
+        let other = try inbox.receive(offer, from: PeerID(bytes: [UInt8](repeating: 7, count: 32))!)
+        #expect(other.offset == 0)
+        other.discard()
+        // A suspended transfer (the link dropped) records everything written.
+        let again = try inbox.receive(try Self.offer("big.bin", bytes, id: 3), from: Self.peer)
+        try again.write(Array(bytes[0..<1234]))
+        again.suspend()
+        #expect(try inbox.receive(offer, from: Self.peer).offset == 1234)
+    }
+
+    @Test func aWrongHashRemovesThePartAndNamesTheReason() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path)
+        let bytes = Self.content(3000)
+        var hash = try SHA256Digest.hash(bytes)
+        hash[0] ^= 0xFF
+        let part = try inbox.receive(ResourceOffer(resourceID: 1, name: "lie.png", size: 3000, sha256: hash, mediaType: "image/png"), from: Self.peer)
+        try part.write(bytes)
+        let result = Result { () throws(InboxError) in try part.finish() }
+        guard case .failure(let error) = result else {
+            Issue.record("a wrong hash must fail")
+            return
+        }
+        #expect(error.reason == .hashMismatch)
+        #expect(error.description.contains("not the offered"))
+        #expect(Self.tree(dir.path) == [".part"], "nothing left but the empty part directory")
+        // More bytes than offered are refused before they are written.
+        let p2 = try inbox.receive(try Self.offer("x", [1, 2]), from: Self.peer)
+        #expect(throws: InboxError.self) { try p2.write([1, 2, 3]) }
+        #expect(throws: InboxError.self) { try p2.finish() }
+        p2.discard()
+    }
+
+    @Test func namesFromPeersStayInsideTheInboxAndCollisionsAreNumbered() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let names = ["../../etc/passwd", "/etc/passwd", "a/b", "..", ".", "a\u{0}b", "line\nbreak",
+                     String(repeating: "é", count: 150), "photo.png", "photo.png"]
+        var saved: [String] = []
+        for (i, name) in names.enumerated() {
+            let bytes = Self.content(10 + i, seed: i)
+            let part = try inbox.receive(try Self.offer(name, bytes, id: UInt32(2 * i + 1)), from: Self.peer)
+            try part.write(bytes)
+            saved.append(try part.finish().name)
+        }
+        #expect(saved == ["passwd", "passwd (2)", "b", "unnamed", "unnamed (2)", "a_b", "line_break",
+                          String(repeating: "é", count: 127), "photo.png", "photo (2).png"])
+        // Everything is directly in the inbox; nothing was written beside it.
+        #expect(Self.tree(dir.path).filter { !$0.hasPrefix("inbox") }.isEmpty)
+        #expect(Set(try inbox.files()) == Set(saved))
+    }
+
+    @Test func theQuotaAndTheFreeSpaceAreCheckedBeforeAccepting() throws {
+        let dir = try Directory()
+        let small = try Inbox(directory: dir.path, limits: .init(maxResourceBytes: 100))
+        do {
+            _ = try small.receive(try Self.offer("big", Self.content(101)), from: Self.peer)
+            Issue.record("over the quota must be refused")
+        } catch let error as InboxError {
+            #expect(error.reason == .tooLarge && error.description.contains("at most 100"))
+        }
+        let free = try FileSystem.availableBytes(at: dir.path)
+        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: free))
+        do {
+            _ = try full.receive(try Self.offer("any", Self.content(10)), from: Self.peer)
+            Issue.record("no room must be refused")
+        } catch let error as InboxError {
+            #expect(error.reason == .noSpace)
+        }
+        #expect(try FileSystem.names(in: full.partDirectory).isEmpty, "a refused transfer leaves no part")
+    }
+}
