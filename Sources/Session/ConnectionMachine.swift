@@ -90,7 +90,13 @@ public struct ConnectionMachine: Sendable {
                 heldMessageBytes = nil
                 consumeMessageBytes(held, &out)
             }
-        case .tick: tick(now, &out)
+        case .tick:
+            // A tick is the armed timer firing: none is pending any more, whatever `now`
+            // says. Keeping `armed` when the tick came before it (a timer that fires early by
+            // the machine's clock) would leave the connection without a timer, and a peer
+            // that went silent would never be found lost.
+            armed = nil
+            tick(now, &out)
         }
         rearm(now, &out)
         return out
