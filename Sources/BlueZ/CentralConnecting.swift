@@ -120,6 +120,7 @@ extension Central {
         }
         let outcome = CallOutcome()
         let sent = ContinuousClock.now
+        let sinceCall = { "\((ContinuousClock.now - sent).clampedMilliseconds)" }
         s.connection.call(message, timeout: connector.deadline - .now) { [weak self] r in
             outcome.set(r.map { _ in () })
             Task { await self?.recheckWaiters() }
@@ -154,9 +155,9 @@ extension Central {
         // Answered, not yet resolved: the connected branch of the loop waits for the services.
         if outcome.isSet, await waitUntil(.milliseconds(150), isConnected) == false {
             // BlueZ said yes but no Connected change arrived (seen on the first
-            // connect after a scan): read its objects again rather than wait.
+            // connect after a scan): read its state again rather than wait.
             logger.info("Connect answered but the device is not connected; reading its properties again",
-                        ["device": address.description, "attempt": "\(attempt)", "since_call_ms": "\((ContinuousClock.now - sent).clampedMilliseconds)"])
+                        ["device": address.description, "attempt": "\(attempt)", "since_call_ms": sinceCall()])
             // The device's own properties, not the whole tree: GetManagedObjects after a
             // scan took a second in the lab (ours.1 of bench 31, 12-02).
             if let d = table.device(address, adapter: a.path) { await refreshConnected(d.path) } else { await resync() }
@@ -168,7 +169,7 @@ extension Central {
             let connected = await waitUntil(.milliseconds(500), isConnected)
             // Where the time went (the central's first read waits on this path).
             logger.info(connected ? "device connected after Connect's answer" : "no Connected change after Connect's answer",
-                        ["device": address.description, "in_bluez_state": "\(seen)", "since_call_ms": "\((ContinuousClock.now - sent).clampedMilliseconds)"])
+                        ["device": address.description, "in_bluez_state": "\(seen)", "since_call_ms": sinceCall()])
             if !connected { connector.answeredWithoutLink() }
         }
         return .retryNow

@@ -74,8 +74,7 @@ public final class Inbox: @unchecked Sendable {
 
     /// The part's key: who sent it and what it is.
     static func key(_ offer: ResourceOffer, _ peer: PeerID) -> String {
-        let hex = offer.sha256.map { String($0, radix: 16).leftPadded(2) }.joined()
-        return "\(peer.hex.prefix(16))-\(hex)-\(offer.size)"
+        "\(peer.hex.prefix(16))-\(Fingerprint.hexString(offer.sha256))-\(offer.size)"
     }
 
     /// The finished files, by name.
@@ -115,7 +114,7 @@ public enum InboxError: Error, Sendable, CustomStringConvertible {
         case .tooLarge(let size, let limit): "the resource is \(size) bytes; this inbox takes at most \(limit) (max_resource_bytes)"
         case .noSpace(let needed, let available): "the resource needs \(needed) bytes; \(available) are free (with the reserve kept)"
         case .hashMismatch(let expected, let got):
-            "the received bytes have SHA-256 \(got.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined())…, not the offered \(expected.prefix(8).map { String($0, radix: 16).leftPadded(2) }.joined())…"
+            "the received bytes have SHA-256 \(Fingerprint.short(got)), not the offered \(Fingerprint.short(expected))"
         case .invalid(let why): why
         case .io(let what, let e): "\(what): \(e)"
         }
@@ -134,8 +133,4 @@ public struct ReceivedFile: Sendable, Hashable {
     public let mediaType: String
     /// Its SHA-256.
     public let sha256: [UInt8]
-}
-
-extension String {
-    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }

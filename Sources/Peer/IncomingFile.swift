@@ -31,17 +31,12 @@ public final class IncomingFile: @unchecked Sendable {
         statePath = AtomicFile.join(inbox.partDirectory, key + ".state")
         do {
             file = try RegularFile.openForWriting(dataPath)
-            digest = try SHA256Digest()
+            let hasher = try SHA256Digest()
+            digest = hasher
             let recorded = Self.recordedLength(statePath)
             let start = min(recorded, try file.size(), offer.size)
             try file.truncate(to: start)
-            var at: UInt64 = 0
-            while at < start {
-                let chunk = try file.read(at: at, count: Int(min(1 << 20, start - at)))
-                guard !chunk.isEmpty else { break }
-                try digest.update(chunk)
-                at += UInt64(chunk.count)
-            }
+            let at = try file.readChunks(upTo: start) { try hasher.update($0) }
             offset = at
             received = at
             synced = at

@@ -33,14 +33,10 @@ public final class OutgoingFile: @unchecked Sendable {
         file = try RegularFile.openForReading(path)
         let (size, modified) = try file.status()
         let digest = try SHA256Digest()
-        var at: UInt64 = 0
         var head: [UInt8] = []
-        while at < size {
-            let chunk = try file.read(at: at, count: Int(min(1 << 20, size - at)))
-            if chunk.isEmpty { break }
+        let at = try file.readChunks(upTo: size) { chunk in
             if head.count < ImageHeader.maxHeaderBytes { head += chunk.prefix(ImageHeader.maxHeaderBytes - head.count) }
             try digest.update(chunk)
-            at += UInt64(chunk.count)
         }
         let after = try file.status()
         guard at == size, after.size == size, after.modified == modified else {

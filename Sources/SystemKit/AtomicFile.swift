@@ -47,9 +47,7 @@ public enum AtomicFile {
         }
         try syscall("rename", context: path) { rename(temporary, path) }
         renamed = true
-        let dir = try syscall("open", context: parent(of: path)) { open(parent(of: path), O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        defer { closeQuietly(dir) }
-        try syscall("fsync", context: parent(of: path)) { fsync(dir) }
+        try FileSystem.syncDirectory(parent(of: path))
     }
 
     /// Makes `directory` (and missing parents) with `mode` if it does not exist; an existing

@@ -57,6 +57,20 @@ public final class RegularFile: @unchecked Sendable {
         return out
     }
 
+    /// Reads the first `length` bytes (fewer if the file is shorter) in pieces of at most
+    /// `chunk`, handing each to `body` in order; returns how many were read.
+    @discardableResult
+    public func readChunks(upTo length: UInt64, chunk: Int = 1 << 20, _ body: ([UInt8]) throws -> Void) throws -> UInt64 {
+        var at: UInt64 = 0
+        while at < length {
+            let piece = try read(at: at, count: Int(min(UInt64(chunk), length - at)))
+            if piece.isEmpty { break }
+            try body(piece)
+            at += UInt64(piece.count)
+        }
+        return at
+    }
+
     /// Writes all of `bytes` at `offset`.
     public func write(_ bytes: some Collection<UInt8>, at offset: UInt64) throws {
         let data = Array(bytes)
@@ -94,12 +108,6 @@ public enum FileSystem {
         var info = statvfs()
         try syscall("statvfs", context: path) { statvfs(path, &info) }
         return UInt64(info.f_bavail) * UInt64(info.f_frsize)
-    }
-
-    /// Whether anything (a file, a directory, a dangling link) is at `path`.
-    public static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0
     }
 
     /// Moves `from` to `to` unless `to` exists: false then, and nothing changes. A hard link

@@ -24,6 +24,26 @@ import Glibc
         n.events.withLock { es in es.compactMap { if case .message(let p, let m, true) = $0, p == peer { m } else { nil } } }
     }
 
+    /// A node (`name`, encryption optional) in session with a hand-made peer that dialled it
+    /// in plain text; the caller closes the peer and stops the node.
+    static func rawSession(_ name: String) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
+        let a = try Node(name, encryption: .optional)
+        do {
+            let raw = try await RawPeer.connect(port: a.node.port)
+            do {
+                let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+                #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+                return (a, raw, me)
+            } catch {
+                raw.close()
+                throw error
+            }
+        } catch {
+            a.node.stop()
+            throw error
+        }
+    }
+
     static func numbered(_ i: Int, size: Int) -> [UInt8] {
         withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) + [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4)
     }
@@ -124,12 +144,8 @@ import Glibc
     /// while the receiver holds its credit.
     @Test(arguments: [false, true])
     func aPeerSendingBeyondItsCreditIsClosed(messages: Bool) async throws {
-        let a = try Node("strict", encryption: .optional)
-        defer { a.node.stop() }
-        let raw = try await RawPeer.connect(port: a.node.port)
-        defer { raw.close() }
-        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
-        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let (a, raw, me) = try await Self.rawSession("strict")
+        defer { raw.close(); a.node.stop() }
         if messages { a.node.holdMessages(from: me, true) }
         // Five full frames: the fifth is past the 256 KiB window of its stream.
         let frames: [Frame] = (0..<5).map { i in
@@ -149,12 +165,8 @@ import Glibc
 extension PeerFlowTests {
     /// A CREDIT that would grow a window past 2^31 - 1 closes with `flow-control`.
     @Test func aCreditPastTheMaximumWindowCloses() async throws {
-        let a = try Node("strict", encryption: .optional)
-        defer { a.node.stop() }
-        let raw = try await RawPeer.connect(port: a.node.port)
-        defer { raw.close() }
-        _ = try await RawPeer.offPool { try raw.handshakeAsDialer() }
-        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let (a, raw, _) = try await Self.rawSession("strict")
+        defer { raw.close(); a.node.stop() }
         try await RawPeer.offPool { try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0)) }
         let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
         guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
@@ -164,12 +176,8 @@ extension PeerFlowTests {
     /// Until transfers exist, an offered resource and an opened stream are declined at once
     /// (peer-protocol.md), and the session goes on.
     @Test func offersAndStreamOpensAreDeclined() async throws {
-        let a = try Node("declines", encryption: .optional)
-        defer { a.node.stop() }
-        let raw = try await RawPeer.connect(port: a.node.port)
-        defer { raw.close() }
-        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
-        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let (a, raw, me) = try await Self.rawSession("declines")
+        defer { raw.close(); a.node.stop() }
         let offer = ResourceOffer(resourceID: 3, name: "../../x.png", size: 10, sha256: [UInt8](repeating: 1, count: 32), mediaType: "image/png")
         try await RawPeer.offPool { try raw.send(.resourceOffer(offer)) }
         let decline = try await RawPeer.offPool { try raw.read { if case .resourceDecline = $0 { true } else { false } } }
@@ -186,12 +194,8 @@ extension PeerFlowTests {
     /// A peer that does not read its socket: once the transport's buffers are full the
     /// datagram lane fills (32) and the newest are dropped and counted; sends never wait.
     @Test func datagramsToAPeerThatDoesNotReadAreDroppedAndCounted() async throws {
-        let a = try Node("sender", encryption: .optional)
-        defer { a.node.stop() }
-        let raw = try await RawPeer.connect(port: a.node.port)
-        defer { raw.close() }
-        let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
-        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let (a, raw, me) = try await Self.rawSession("sender")
+        defer { raw.close(); a.node.stop() }
         // 400 datagrams of 64 KiB (26 MB): more than the kernel's buffers on both ends (the
         // raw peer's is fixed small, the sender's is at most tcp_wmem's 4 MiB) plus the lane's 32.
         let datagram = [UInt8](repeating: 0x5A, count: Wire.maxPayload)
