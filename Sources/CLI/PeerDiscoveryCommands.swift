@@ -178,8 +178,32 @@ enum PeerDiscoveryCommands {
             let text = String(data: bytes, encoding: .utf8).flatMap { t in t.unicodeScalars.allSatisfy { $0.value >= 0x20 || $0 == "\n" || $0 == "\t" } ? t : nil }
             return "message from \(d["short"]?.stringValue ?? "?")\(d["reliable"] == false ? " (unreliable)" : ""): " + (text.map { Rendering.scalar(.string($0)) } ?? "\(bytes.count) bytes")
         case ControlEvent.peerReconnecting: return "reconnecting \(d["short"]?.stringValue ?? "?") attempt \(Rendering.scalar(d["attempt"] ?? .null)) in \(Rendering.scalar(d["in_seconds"] ?? .null)) s"
+        case ControlEvent.peerResourceOffered, ControlEvent.peerResourceStarted, ControlEvent.peerResourceSent, ControlEvent.peerResourceReceived,
+             ControlEvent.peerResourceEnded, ControlEvent.peerResourceInterrupted, ControlEvent.peerResourceProgress:
+            return resourceLine(topic, d)
         case ControlEvent.peerReconnectGaveUp: return "gave up reconnecting \(d["short"]?.stringValue ?? "?") after \(Rendering.scalar(d["attempts"] ?? .null)) attempts"
         default: return "\(topic) \(Rendering.eventData(d))"
+        }
+    }
+
+    /// One line for a `peer.resource-*` event.
+    static func resourceLine(_ topic: String, _ d: JSONValue) -> String {
+        let way = d["direction"]?.stringValue == "in" ? "from" : "to"
+        let what = "transfer \(Rendering.scalar(d["transfer"] ?? .null)) \(Rendering.scalar(d["name"] ?? "?")) \(way) \(d["short"]?.stringValue ?? "?")"
+        let size = PeerTransferCommands.bytes(d["size"]?.intValue ?? 0)
+        switch topic {
+        case ControlEvent.peerResourceOffered: return "offered \(what) (\(size), \(d["media_type"]?.stringValue ?? "?")): peerlink peer accept-resource \(Rendering.scalar(d["transfer"] ?? .null))"
+        case ControlEvent.peerResourceStarted:
+            let offset = d["offset"]?.intValue ?? 0
+            return "started \(what) (\(size))" + (offset > 0 ? " resuming at \(PeerTransferCommands.bytes(offset))" : "")
+        case ControlEvent.peerResourceProgress: return "progress \(what) \(PeerTransferCommands.percent(d))"
+        case ControlEvent.peerResourceSent: return "sent \(what), verified by the peer"
+        case ControlEvent.peerResourceReceived:
+            let image = d["width"] != nil ? " \(d["media_type"]?.stringValue ?? "image") \(Rendering.scalar(d["width"] ?? .null))x\(Rendering.scalar(d["height"] ?? .null))" : ""
+            return "received \(what) (\(size)\(image)) saved as \(Rendering.scalar(d["path"] ?? "?")) sha256 \(d["sha256"]?.stringValue ?? "?")"
+        case ControlEvent.peerResourceEnded:
+            return "failed \(what): \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(d["detail"]?.stringValue ?? "")"
+        default: return "interrupted \(what) at \(PeerTransferCommands.bytes(d["bytes"]?.intValue ?? 0)); resumes when the peer is back"
         }
     }
 

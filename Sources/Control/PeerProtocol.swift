@@ -37,6 +37,19 @@ extension ControlMethod {
     public static let peerBrowseStop = "peer.browse-stop"
     /// Invites a peer found by a browse: `{"peer", "context_base64"? | "context"?, "timeout"?}` → Session.
     public static let peerInvite = "peer.invite"
+    /// Offers a file to peers: `{"path", "name"?, "media_type"?, "to": [peer] | "all", "image"?}` →
+    /// `{"transfers": [Transfer]}` (one a peer); events `peer.resource-*` follow.
+    public static let peerSendResource = "peer.send-resource"
+    /// Cancels a transfer, either way: `{"transfer"}`.
+    public static let peerCancel = "peer.cancel"
+    /// Takes a peer's offered resource (`accept_resources = ask`): `{"transfer"}`.
+    public static let peerAcceptResource = "peer.accept-resource"
+    /// Declines a peer's offered resource: `{"transfer"}`.
+    public static let peerDeclineResource = "peer.decline-resource"
+    /// Transfers in progress or waiting: `{}` → `{"transfers": [Transfer]}`.
+    public static let peerTransfers = "peer.transfers"
+    /// What arrived: `{}` → `{"directory", "files": [{"name", "path", "size", "media_type"?, "width"?, "height"?}]}`.
+    public static let peerInbox = "peer.inbox"
 }
 
 extension ControlEvent {
@@ -60,6 +73,22 @@ extension ControlEvent {
     public static let peerReconnecting = "peer.reconnecting"
     /// Topic: redialling a trusted peer stopped after `attempts`.
     public static let peerReconnectGaveUp = "peer.reconnect-gave-up"
+    /// Topic: a peer offers a resource and a client must answer (`peer.accept-resource`).
+    public static let peerResourceOffered = "peer.resource-offered"
+    /// Topic: a transfer's bytes started to flow (`offset` not 0: resumed).
+    public static let peerResourceStarted = "peer.resource-started"
+    /// Topic: a transfer's progress (`bytes`, `size`, `bytes_per_second`, `seconds_left`),
+    /// about four times a second.
+    public static let peerResourceProgress = "peer.resource-progress"
+    /// Topic: our resource arrived at the peer, verified.
+    public static let peerResourceSent = "peer.resource-sent"
+    /// Topic: a peer's resource is saved in the inbox (`path`, `sha256`, and for an image
+    /// `width` and `height`).
+    public static let peerResourceReceived = "peer.resource-received"
+    /// Topic: a transfer ended without arriving (`reason`, `detail`, `by_peer`).
+    public static let peerResourceEnded = "peer.resource-ended"
+    /// Topic: the session ended mid-transfer; it resumes when the peer is back.
+    public static let peerResourceInterrupted = "peer.resource-interrupted"
     /// To the connection that opened it: a message stream ended (`stream`, `reason`,
     /// `message`, counts `sent`, `received`, `unwritten`).
     public static let peerStreamEnded = "peer.stream-ended"

@@ -79,6 +79,12 @@ public enum ConfigKeys {
                   "Quiet time before a ping."),
         ConfigKey("peer.missed_pings", values: "1-20", default: "3",
                   "Unanswered pings before a peer is reported lost."),
+        ConfigKey("peer.accept_resources", values: "ask, trusted, all, none", default: "ask",
+                  "Who takes resources peers send: a client (ask), the daemon for trusted peers, for everyone, or nobody."),
+        ConfigKey("peer.max_resource_bytes", values: "bytes, or with K, M, G", default: "4G",
+                  "The largest resource accepted; a larger offer is declined with 'too-large'."),
+        ConfigKey("peer.inbox_dir", values: "an absolute path", default: "<state_dir>/peer/inbox",
+                  "Where received resources are saved (transfers in progress under .part/)."),
     ]
 
     /// The key called `name`.

@@ -30,17 +30,26 @@ final class PeerCapability: DaemonCapability {
     }
 
     func register(_ context: DaemonContext) throws {
-        let (config, listens) = try Self.settings(context.settings)
+        let (settings, listens) = try Self.settings(context.settings)
         let directory = (context.stateDirectory as NSString).appendingPathComponent("peer")
         let logger = context.logger.child("peer")
         let identity: TLSIdentity
         let trust: TrustStore
+        let (inboxDirectory, limits) = try Self.inboxSettings(context.settings, stateDirectory: context.stateDirectory)
+        let inbox: Inbox
         do {
             identity = try TLSIdentity.loadOrCreate(directory: directory)
             trust = try TrustStore(path: (directory as NSString).appendingPathComponent("trusted-peers.json"))
+            inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {
             throw DaemonError("peer sessions: \(error)")
         }
+        let config = {
+            var c = settings
+            c.inbox = inbox
+            c.transferJournal = (directory as NSString).appendingPathComponent("outgoing.json")
+            return c
+        }()
         let node = try PeerNode(identity: identity, config: config, trust: trust, logger: logger) { [weak self] e in self?.deliver(e) }
         // `peer.listen = off`: this board only dials (no port open to peers).
         if listens {
@@ -100,13 +109,7 @@ final class PeerCapability: DaemonCapability {
             guard let data = try Self.bytes(p, base64: "data_base64", text: "text") else {
                 throw .invalidParams("data_base64", "required (or \"text\")")
             }
-            var peers: [PeerID] = []
-            if case .string(let s)? = p["to"] {
-                guard s == "all" else { throw .invalidParams("to", "expected \"all\" or a list of peer IDs, got \"\(s)\"") }
-            } else if let list = try p.optionalStringArray("to") {
-                for t in list { peers.append(try Self.peerID(t, "to")) }
-                guard !peers.isEmpty else { throw .invalidParams("to", "the list is empty") }
-            }
+            let peers = try Self.peers(p, "to")
             let reliable = try p.optionalBool("reliable") ?? true
             // false: a full queue answers busy (-32006) instead of waiting for room.
             let wait = try p.optionalBool("wait") ?? true
@@ -114,6 +117,7 @@ final class PeerCapability: DaemonCapability {
             return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
         registerMessageStream(context, node: node)
+        registerResources(context, node: node, inbox: inbox)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
@@ -235,6 +239,9 @@ final class PeerCapability: DaemonCapability {
             var o = Self.json(peer)
             o["attempts"] = .int(Int64(attempts))
             context.publish(topic: ControlEvent.peerReconnectGaveUp, data: .object(o))
+        case .resource(let r):
+            let (topic, data) = Self.event(r)
+            context.publish(topic: topic, data: data)
         }
     }
 }

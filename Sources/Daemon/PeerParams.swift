@@ -49,7 +49,37 @@ extension PeerCapability {
             guard let n = Int(t), (1...20).contains(n) else { throw bad("peer.missed_pings", "expected 1 to 20, got \"\(t)\"") }
             c.missedPings = n
         }
+        if let t = s["peer.accept_resources"] {
+            guard let a = ResourcePolicy(rawValue: t) else { throw bad("peer.accept_resources", "expected ask, trusted, all or none, got \"\(t)\"") }
+            c.acceptResources = a
+        }
         return (c, listens)
+    }
+
+    /// `peer.max_resource_bytes` and `peer.inbox_dir` (default under the state directory).
+    static func inboxSettings(_ s: [String: String], stateDirectory: String) throws(ConfigError) -> (directory: String, limits: Inbox.Limits) {
+        var limits = Inbox.Limits()
+        if let t = s["peer.max_resource_bytes"] {
+            guard let n = byteCount(t), n > 0 else {
+                throw ConfigError(file: "configuration", key: "peer.max_resource_bytes", reason: "expected a size in bytes (K, M, G allowed), got \"\(t)\"")
+            }
+            limits.maxResourceBytes = n
+        }
+        let directory = s["peer.inbox_dir"] ?? (stateDirectory as NSString).appendingPathComponent("peer/inbox")
+        guard directory.hasPrefix("/") else {
+            throw ConfigError(file: "configuration", key: "peer.inbox_dir", reason: "expected an absolute path, got \"\(directory)\"")
+        }
+        return (directory, limits)
+    }
+
+    /// `1234`, `64K`, `100M`, `4G` (powers of 1024).
+    static func byteCount(_ text: String) -> UInt64? {
+        let units: [Character: UInt64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+        guard let last = text.last else { return nil }
+        let (digits, scale) = units[last].map { (String(text.dropLast()), $0) } ?? (text, 1)
+        guard let n = UInt64(digits) else { return nil }
+        let (v, overflow) = n.multipliedReportingOverflow(by: scale)
+        return overflow ? nil : v
     }
 
     static func encryption(_ text: String) -> EncryptionPreference? {

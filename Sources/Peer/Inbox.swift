@@ -21,6 +21,9 @@ public final class Inbox: @unchecked Sendable {
     public var partDirectory: String { AtomicFile.join(directory, ".part") }
     /// The limits every transfer is checked against.
     public let limits: Limits
+    /// This boot's id (the kernel's `random/boot_id`): a part recorded in the same boot
+    /// resumes from its whole length, one from before a reboot from what was flushed.
+    public let bootID: String
 
     /// What the inbox accepts.
     public struct Limits: Sendable, Hashable {
@@ -41,9 +44,10 @@ public final class Inbox: @unchecked Sendable {
     }
 
     /// Opens (and makes, mode 0700) the inbox and its part directory.
-    public init(directory: String, limits: Limits = Limits()) throws(InboxError) {
+    public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID()) throws(InboxError) {
         self.directory = directory
         self.limits = limits
+        self.bootID = bootID
         do {
             try AtomicFile.makeDirectory(directory, mode: 0o700)
             try AtomicFile.makeDirectory(partDirectory, mode: 0o700)
@@ -70,6 +74,29 @@ public final class Inbox: @unchecked Sendable {
             throw .noSpace(needed: needed, available: available)
         }
         return part
+    }
+
+    /// Whether `offer` from `peer` could be taken now (the quota, and the free space for
+    /// what a part of it does not hold yet), before anyone is asked about it. `receive`
+    /// checks again when the transfer starts.
+    public func check(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) {
+        guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
+        let part = AtomicFile.join(partDirectory, Self.key(offer, peer) + ".data")
+        let have = (try? RegularFile.openForReading(part).size()) ?? 0
+        let needed = offer.size - min(have, offer.size)
+        let available: UInt64
+        do { available = try FileSystem.availableBytes(at: directory) } catch {
+            throw .io("reading the free space of \(directory)", error)
+        }
+        guard available >= needed, available - needed >= limits.reserveBytes else { throw .noSpace(needed: needed, available: available) }
+    }
+
+    /// The kernel's id of this boot ("" when it cannot be read: every resume then trusts only
+    /// what was flushed).
+    public static func currentBootID() -> String {
+        guard let bytes = try? AtomicFile.readIfPresent("/proc/sys/kernel/random/boot_id", maximumSize: 64),
+              let text = String(validating: bytes, as: UTF8.self) else { return "" }
+        return String(text.prefix { $0 != "\n" })
     }
 
     /// The part's key: who sent it and what it is.

@@ -21,9 +21,11 @@ public final class IncomingFile: @unchecked Sendable {
     private var synced: UInt64
     private var ended = false
 
-    /// Opens the part for `key`, resuming from its recorded length: the data is cut to that
-    /// length and hashed again (the digest must cover every byte), so a crash of the machine
-    /// after the record cannot leave unflushed garbage in the middle.
+    /// Opens the part for `key` and resumes it. Since the same boot (the record's boot id is
+    /// the system's) every byte written is in the file, even after a `kill -9`: the part
+    /// resumes from its whole length. After a reboot only what was flushed counts: the data
+    /// is cut to the recorded length. Either way it is hashed again (the digest must cover
+    /// every byte), and the record is written at once with this boot's id.
     init(inbox: Inbox, offer: ResourceOffer, key: String) throws(InboxError) {
         self.inbox = inbox
         self.offer = offer
@@ -33,13 +35,16 @@ public final class IncomingFile: @unchecked Sendable {
             file = try RegularFile.openForWriting(dataPath)
             let hasher = try SHA256Digest()
             digest = hasher
-            let recorded = Self.recordedLength(statePath)
-            let start = min(recorded, try file.size(), offer.size)
+            let record = Self.record(statePath)
+            let length = try file.size()
+            let trusted = record?.boot == inbox.bootID ? length : min(record?.length ?? 0, length)
+            let start = min(trusted, offer.size)
             try file.truncate(to: start)
             let at = try file.readChunks(upTo: start) { try hasher.update($0) }
             offset = at
             received = at
             synced = at
+            try Self.writeRecord(statePath, length: at, boot: inbox.bootID)
         } catch let e as InboxError {
             throw e
         } catch {
@@ -47,12 +52,19 @@ public final class IncomingFile: @unchecked Sendable {
         }
     }
 
-    /// The length a state file records (0 when there is none or it is unreadable: start over).
-    private static func recordedLength(_ path: String) -> UInt64 {
-        guard let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 64),
-              let text = String(validating: bytes, as: UTF8.self),
-              let n = UInt64(text.trimmingSuffix("\n")) else { return 0 }
-        return n
+    /// What a state file records: the length flushed, and the boot it was written in (nil
+    /// when there is no file or it is unreadable: start over).
+    private static func record(_ path: String) -> (length: UInt64, boot: String)? {
+        guard let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 128),
+              let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        guard let first = lines.first, let n = UInt64(first) else { return nil }
+        return (n, lines.count > 1 ? String(lines[1]) : "")
+    }
+
+    /// "<length>\n<boot id>\n", written atomically.
+    private static func writeRecord(_ path: String, length: UInt64, boot: String) throws {
+        try AtomicFile.write(Array("\(length)\n\(boot)\n".utf8), to: path, mode: 0o600)
     }
 
     /// Appends the next bytes.
@@ -76,7 +88,7 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended, received > synced else { return }
         do {
             try file.sync()
-            try AtomicFile.write(Array("\(received)\n".utf8), to: statePath, mode: 0o600)
+            try Self.writeRecord(statePath, length: received, boot: inbox.bootID)
         } catch {
             throw .io("recording the progress of \(dataPath)", error)
         }
@@ -145,6 +157,3 @@ public final class IncomingFile: @unchecked Sendable {
     }
 }
 
-private extension String {
-    func trimmingSuffix(_ suffix: String) -> String { hasSuffix(suffix) ? String(dropLast(suffix.count)) : self }
-}

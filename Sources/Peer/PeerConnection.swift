@@ -35,10 +35,17 @@ public final class PeerConnection: Sendable {
     private let identity: TLSIdentity
     private let logger: Logger
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
+    private let onTransfer: @Sendable (PeerConnection, TransferEvent) -> Void
     private let state: Mutex<State>
 
     /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
     public typealias SendResult = ConnectionMachine.SendResult
+
+    /// What the connection reports, in the order it happened.
+    private enum Delivered {
+        case connection(ConnectionEvent)
+        case transfer(TransferEvent)
+    }
 
     private struct RoomWaiter {
         let bytes: Int
@@ -69,6 +76,11 @@ public final class PeerConnection: Sendable {
         var controlOverflow = false
         var timerGeneration: UInt64 = 0
         var closed = false
+        /// Resources both ways, with their files.
+        var transfers: ConnectionTransfers
+        /// Transfer events from writing (a refill's progress, a file that changed), reported
+        /// at the end of the turn.
+        var transferEvents: [TransferEvent] = []
     }
 
     /// Wraps a connected, non-blocking TCP socket (the connection owns it from now on).
@@ -76,17 +88,19 @@ public final class PeerConnection: Sendable {
     /// waiting to be sent (tests make it small).
     public init(id: UInt64, fd: Int32, role: Role, remote: SocketAddress, config: ConnectionConfig, identity: TLSIdentity,
                 logger: Logger, maxQueuedBytes: Int = 8 * 1_048_576,
-                onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void) {
+                onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void,
+                onTransfer: @escaping @Sendable (PeerConnection, TransferEvent) -> Void = { _, _ in }) {
         self.id = id
         self.role = role
         self.remote = remote
         self.identity = identity
         self.logger = logger
         self.onEvent = onEvent
+        self.onTransfer = onTransfer
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
         channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1)
         state = Mutex(State(machine: ConnectionMachine(config: config, role: role),
-                            scheduler: SendScheduler(maxQueuedBytes: maxQueuedBytes)))
+                            scheduler: SendScheduler(maxQueuedBytes: maxQueuedBytes), transfers: ConnectionTransfers(role: role)))
     }
 
     /// Starts reading and sends HELLO.
@@ -136,8 +150,8 @@ public final class PeerConnection: Sendable {
     /// the first one not taken got (`.busy`: nothing of it was queued; try it again after
     /// `room(for:)`).
     public func send(messages: some Collection<[UInt8]>) -> (queued: Int, result: SendResult) {
-        let (queued, result, waiters) = state.withLock { s -> (Int, SendResult, [RoomWaiter]) in
-            if s.closed { return (0, .refused("the connection is closed"), []) }
+        let (queued, result, waiters, events) = state.withLock { s -> (Int, SendResult, [RoomWaiter], [Delivered]) in
+            if s.closed { return (0, .refused("the connection is closed"), [], []) }
             var n = 0
             var result = SendResult.queued
             for m in messages {
@@ -145,12 +159,12 @@ public final class PeerConnection: Sendable {
                 guard result == .queued else { break }
                 n += 1
             }
-            guard n > 0 else { return (0, result, []) }
+            guard n > 0 else { return (0, result, [], []) }
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
             pump(&s)
-            return (n, result, roomForWaiters(&s))
+            return (n, result, roomForWaiters(&s), takeTransferEvents(&s))
         }
-        for w in waiters { w.resume(true) }
+        deliver(events, waiters)
         return (queued, result)
     }
 
@@ -161,15 +175,15 @@ public final class PeerConnection: Sendable {
     }
 
     private func sending(_ body: (inout State) -> SendResult) -> SendResult {
-        let (result, waiters) = state.withLock { s -> (SendResult, [RoomWaiter]) in
-            if s.closed { return (.refused("the connection is closed"), []) }
+        let (result, waiters, events) = state.withLock { s -> (SendResult, [RoomWaiter], [Delivered]) in
+            if s.closed { return (.refused("the connection is closed"), [], []) }
             let r = body(&s)
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
-            guard r == .queued else { return (r, []) }
+            guard r == .queued else { return (r, [], []) }
             pump(&s)
-            return (r, roomForWaiters(&s))
+            return (r, roomForWaiters(&s), takeTransferEvents(&s))
         }
-        for w in waiters { w.resume(true) }
+        deliver(events, waiters)
         return result
     }
 
@@ -187,10 +201,68 @@ public final class PeerConnection: Sendable {
         }
     }
 
+    // MARK: Resources (from any thread)
+
+    /// Offers `file` to the peer as `name`: the resource's id on this connection, or nil
+    /// when the session is not up. Its bytes are read when the peer accepts. `bind` gets the
+    /// id before the offer can go, so the caller knows it before any answer is reported.
+    public func offerResource(_ file: OutgoingFile, name: String, bind: (UInt32) -> Void = { _ in }) -> UInt32? {
+        let (id, events) = state.withLock { s -> (UInt32?, [Delivered]) in
+            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
+            let (id, frame) = s.transfers.offer(file, name: name, now: .now)
+            bind(id)
+            enqueue(frame, &s)
+            pump(&s)
+            return (id, takeTransferEvents(&s))
+        }
+        deliver(events, [])
+        return id
+    }
+
+    /// Accepts the peer's offer `id` into `inbox` (resuming a part it left before). The part
+    /// is opened off the connection's queue: resuming hashes what it holds again, which for
+    /// a large part takes long enough to miss the peer's pings.
+    public func acceptResource(_ id: UInt32, into inbox: Inbox) {
+        guard let (offer, peer) = state.withLock({ s in s.transfers.pendingOffer(id).flatMap { o in s.machine.peerID.map { (o, $0) } } }) else {
+            return
+        }
+        DispatchQueue.global().async { [self] in
+            let file: IncomingFile
+            do throws(InboxError) {
+                file = try inbox.receive(offer, from: peer)
+            } catch {
+                return declineResource(id, reason: error.reason, detail: error.description)
+            }
+            transfers { s in s.transfers.accept(id, file: file, now: .now) }
+        }
+    }
+
+    /// Declines the peer's offer `id`.
+    public func declineResource(_ id: UInt32, reason: Reason, detail: String) {
+        transfers { s in s.transfers.decline(id, reason: reason, detail: detail) }
+    }
+
+    /// Ends resource `id` (either way) from this side.
+    public func cancelResource(_ id: UInt32, reason: Reason, detail: String) {
+        transfers { s in s.transfers.cancel(id, reason: reason, detail: detail) }
+    }
+
+    private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
+        queue.async { [self] in
+            var events: [Delivered] = []
+            let waiters = state.withLock { s -> [RoomWaiter] in
+                guard !s.closed else { return [] }
+                apply(body(&s), &s, &events)
+                return endOfTurn(&s, &events)
+            }
+            deliver(events, waiters)
+        }
+    }
+
     // MARK: On the queue
 
     private func run(_ input: ConnectionInput) {
-        var events: [ConnectionEvent] = []
+        var events: [Delivered] = []
         let waiters = state.withLock { s -> [RoomWaiter] in
             guard !s.closed || input == .transportClosed else { return [] }
             let actions = s.machine.handle(input, now: .now)
@@ -202,7 +274,7 @@ public final class PeerConnection: Sendable {
     }
 
     private func received(_ chunks: [[UInt8]]) {
-        var events: [ConnectionEvent] = []
+        var events: [Delivered] = []
         let waiters = state.withLock { s -> [RoomWaiter] in
             for chunk in chunks where !s.inputDead {
                 if s.tls != nil {
@@ -218,25 +290,37 @@ public final class PeerConnection: Sendable {
         deliver(events, waiters)
     }
 
-    private func deliver(_ events: [ConnectionEvent], _ waiters: [RoomWaiter]) {
+    private func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
         for w in waiters { w.resume(true) }
-        for e in events { onEvent(self, e) }
+        for e in events {
+            switch e {
+            case .connection(let e): onEvent(self, e)
+            case .transfer(let e): onTransfer(self, e)
+            }
+        }
+    }
+
+    /// The transfer events that writing produced, for delivery after the lock.
+    private func takeTransferEvents(_ s: inout State) -> [Delivered] {
+        defer { s.transferEvents = [] }
+        return s.transferEvents.map { .transfer($0) }
     }
 
     /// After the machine's actions: a control lane that overflowed closes the connection
     /// (`busy`), and whatever may go now is written (a CREDIT received, a frame queued).
-    private func endOfTurn(_ s: inout State, _ events: inout [ConnectionEvent]) -> [RoomWaiter] {
+    private func endOfTurn(_ s: inout State, _ events: inout [Delivered]) -> [RoomWaiter] {
         if s.controlOverflow, !s.closed {
             s.controlOverflow = false
             let why = "more than \(s.scheduler.maxControlFrames) control frames wait while the peer does not read"
             perform(s.machine.handle(.close(.busy, text: why), now: .now), &s, &events)
         }
         pump(&s)
+        events += takeTransferEvents(&s)
         return roomForWaiters(&s)
     }
 
     /// Decodes and hands on every whole frame; stops at a `startTLS` (what follows is TLS).
-    private func drainFrames(_ s: inout State, _ events: inout [ConnectionEvent]) {
+    private func drainFrames(_ s: inout State, _ events: inout [Delivered]) {
         while !s.inputDead {
             let frame: Frame?
             do {
@@ -251,7 +335,7 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    private func ingestPendingTLS(_ s: inout State, _ events: inout [ConnectionEvent]) {
+    private func ingestPendingTLS(_ s: inout State, _ events: inout [Delivered]) {
         while !s.pendingForTLS.isEmpty, s.tls != nil, !s.inputDead {
             let bytes = s.pendingForTLS
             s.pendingForTLS = []
@@ -259,7 +343,7 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    private func ingestTLS(_ bytes: [UInt8], _ s: inout State, _ events: inout [ConnectionEvent]) {
+    private func ingestTLS(_ bytes: [UInt8], _ s: inout State, _ events: inout [Delivered]) {
         guard let tls = s.tls else { return }
         do {
             try tls.feed(bytes)
@@ -296,16 +380,18 @@ public final class PeerConnection: Sendable {
     }
 
     /// Carries out the machine's actions, in order. Under the lock, on the queue.
-    private func perform(_ actions: [ConnectionAction], _ s: inout State, _ events: inout [ConnectionEvent]) {
+    private func perform(_ actions: [ConnectionAction], _ s: inout State, _ events: inout [Delivered]) {
         for action in actions {
             switch action {
             case .send(let frame):
                 enqueue(frame, &s)
             case .startTLS(let asClient):
                 startTLS(asClient: asClient, &s, &events)
+            case .emit(.frame(let f)):
+                transferFrame(f, &s, &events)
             case .emit(let e):
-                declineTransfers(e, &s)
-                events.append(e)
+                if case .disconnected = e { events += s.transfers.connectionEnded().map { .transfer($0) } }
+                events.append(.connection(e))
             case .armTimer(let at):
                 s.timerGeneration += 1
                 let generation = s.timerGeneration
@@ -321,15 +407,28 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    /// Resource offers and stream opens are answered RESOURCE_DECLINE / STREAM_CLOSE with
-    /// `declined`, as peer-protocol.md asks of a side without transfers, so the peer's
-    /// sender does not wait for an answer that never comes. (Transfers replace this.)
-    private func declineTransfers(_ e: ConnectionEvent, _ s: inout State) {
-        switch e {
-        case .frame(.resourceOffer(let o)): enqueue(.resourceDecline(resourceID: o.resourceID, reason: .declined), &s)
-        case .frame(.streamOpen(let id, _)): enqueue(.streamClose(streamID: id, reason: .declined), &s)
-        default: break
+    /// A resource or stream frame from the peer. Resources go to the transfers; a stream
+    /// open is answered STREAM_CLOSE `declined`, as peer-protocol.md asks of a side without
+    /// streams, so the peer does not wait for an answer that never comes.
+    private func transferFrame(_ f: Frame, _ s: inout State, _ events: inout [Delivered]) {
+        switch f {
+        case .streamOpen(let id, _): enqueue(.streamClose(streamID: id, reason: .declined), &s)
+        // Data on a stream that was declined: counted against its window, never consumed,
+        // so a peer that keeps sending runs out of credit.
+        case .streamData, .streamClose: break
+        default:
+            let outcome = s.transfers.received(f, from: s.machine.peerID, now: .now)
+            apply(outcome, &s, &events)
         }
+    }
+
+    /// Carries out what the transfers asked: frames queued, ended resources' bulk frames
+    /// dropped, used bytes returned to the peer's window, events reported in order.
+    private func apply(_ o: ConnectionTransfers.Outcome, _ s: inout State, _ events: inout [Delivered]) {
+        for f in o.frames { enqueue(f, &s) }
+        for id in o.dropped { _ = s.scheduler.removeStream(id) }
+        events += o.events.map { .transfer($0) }
+        for (id, n) in o.consumed { perform(s.machine.handle(.consumed(streamID: id, bytes: n), now: .now), &s, &events) }
     }
 
     /// A frame of the machine's into its lane. HELLO, and the CLOSE that may follow it before
@@ -347,7 +446,7 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    private func startTLS(asClient: Bool, _ s: inout State, _ events: inout [ConnectionEvent]) {
+    private func startTLS(asClient: Bool, _ s: inout State, _ events: inout [Delivered]) {
         // The certificate must be the one whose SHA-256 the peer's HELLO announced.
         let pin = s.machine.peerID.map { PinPolicy.expect($0.bytes) } ?? PinPolicy { _ in .reject("no HELLO before TLS") }
         do {
@@ -371,7 +470,7 @@ public final class PeerConnection: Sendable {
     private func pump(_ s: inout State) {
         var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
-              let frame = s.machine.nextFrame(from: &s.scheduler) {
+              let frame = s.machine.nextFrame(from: &s.scheduler) ?? refilled(&s) {
             do {
                 try FrameEncoder.append(frame, to: &batch)
             } catch {
@@ -391,6 +490,16 @@ public final class PeerConnection: Sendable {
         }
         write(batch, &s)
         if !s.closed, !s.stalled.isEmpty || !channel.hasRoom { waitForChannel(&s) }
+    }
+
+    /// The next frame after reading more of the resources being sent (nil: nothing may go).
+    private func refilled(_ s: inout State) -> Frame? {
+        guard !s.transfers.isEmpty else { return nil }
+        let o = s.transfers.refill(&s.scheduler, now: .now)
+        for f in o.frames { enqueue(f, &s) }
+        for id in o.dropped { _ = s.scheduler.removeStream(id) }
+        s.transferEvents += o.events
+        return s.machine.nextFrame(from: &s.scheduler)
     }
 
     /// The waiters, in order, whose message the lanes would take now.
@@ -436,21 +545,21 @@ public final class PeerConnection: Sendable {
     }
 
     private func channelHasRoom(_ open: Bool) {
-        let waiters = state.withLock { s -> [RoomWaiter] in
+        let (waiters, events) = state.withLock { s -> ([RoomWaiter], [Delivered]) in
             s.waitingForChannel = false
-            guard open else { return [] }
+            guard open else { return ([], []) }
             while let first = s.stalled.first {
                 guard channel.send(first) != .full else { break }
                 s.stalled.removeFirst()
             }
             if s.closed {
                 if s.stalled.isEmpty { closeChannelWhenFlushed() } else { waitForChannel(&s) }
-                return []
+                return ([], [])
             }
             pump(&s)
-            return roomForWaiters(&s)
+            return (roomForWaiters(&s), takeTransferEvents(&s))
         }
-        for w in waiters { w.resume(true) }
+        deliver(events, waiters)
     }
 
     // MARK: Closing

@@ -28,6 +28,8 @@ public final class PeerNode: Sendable {
     private let onEvent: @Sendable (PeerEvent) -> Void
     private let trust: TrustStore
     private let state: Mutex<State>
+    /// Resources across the connections.
+    let transfers: NodeTransfers
     private let queue = DispatchQueue(label: "peerlink.peer-node", target: .global(qos: .userInitiated))
 
     private typealias Waiter = CheckedContinuation<PeerSummary, any Error>
@@ -77,6 +79,9 @@ public final class PeerNode: Sendable {
         var table = SessionTable(localID: id, maxPeers: config.maxPeers)
         for entry in trust.all { table.trust(entry.peer) }
         state = Mutex(State(table: table))
+        transfers = NodeTransfers(inbox: config.inbox, policy: config.acceptResources, journal: config.transferJournal, logger: logger,
+                                  isTrusted: { trust.isTrusted($0) }, emit: { onEvent(.resource($0)) })
+        transfers.setSessionSource { [weak self] peer in self?.state.withLock { $0.session(peer) } }
     }
 
     /// Where to find a peer besides the addresses this node dialled itself (the daemon's
@@ -196,7 +201,9 @@ public final class PeerNode: Sendable {
             return s.nextID
         }
         let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
-                               logger: logger, maxQueuedBytes: config.maxQueuedBytes) { [weak self] c, e in self?.handle(c, e) }
+                               logger: logger, maxQueuedBytes: config.maxQueuedBytes,
+                               onEvent: { [weak self] c, e in self?.handle(c, e) },
+                               onTransfer: { [weak self] c, e in self?.transfers.handle(c, e) })
         state.withLock { $0.connections[id] = c }
         return c
     }
@@ -322,6 +329,17 @@ public final class PeerNode: Sendable {
         c.input(accept ? .accept : .decline(.declined))
     }
 
+    /// The sessions of `peers` (all sessions when empty); a peer without one is an error.
+    func sessionConnections(_ peers: [PeerID]) throws(PeerError) -> [(PeerID, PeerConnection)] {
+        try state.withLock { s throws(PeerError) -> [(PeerID, PeerConnection)] in
+            let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
+            return try ids.map { p throws(PeerError) in
+                guard let c = s.session(p) else { throw PeerError.notConnected(p.shortText) }
+                return (p, c)
+            }
+        }
+    }
+
     /// Sends a message to each of `peers` (all sessions when empty), in that order. A
     /// reliable message is queued under each peer's flow control; when a peer's queue is over
     /// its bound it waits for room (`wait`) or fails `busy` (the peers before it got the
@@ -329,13 +347,7 @@ public final class PeerNode: Sendable {
     /// full; it never waits.
     public func send(_ bytes: [UInt8], to peers: [PeerID], reliable: Bool, wait: Bool = true) async throws -> [PeerID] {
         if reliable, bytes.count > Wire.maxMessage { throw PeerError.invalid("data", "a message is at most \(Wire.maxMessage) bytes, got \(bytes.count)") }
-        let targets = try state.withLock { s -> [(PeerID, PeerConnection)] in
-            let ids = peers.isEmpty ? Array(s.table.connectedPeers) : peers
-            return try ids.map { p in
-                guard let c = s.session(p) else { throw PeerError.notConnected(p.shortText) }
-                return (p, c)
-            }
-        }
+        let targets = try sessionConnections(peers)
         for (i, (p, c)) in targets.enumerated() {
             while try await tryAgain(after: reliable ? c.send(message: bytes) : c.send(datagram: bytes), on: c, to: p,
                                      bytes: bytes.count, wait: wait, sentTo: i) {}
@@ -431,9 +443,7 @@ public final class PeerNode: Sendable {
         case .datagram(let bytes):
             if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: false)) }
         case .frame:
-            // Resources and streams are not implemented: their frames are counted against the
-            // windows (the machine does that) and never consumed.
-            break
+            break  // resources and streams: the connection's own (`onTransfer`)
         case .refused(let command, let why):
             logger.notice("peer connection refused a command", ["peer.connection": "\(c.id)", "command": command, "why": why])
         case .disconnected(let reason, let detail, let byPeer):
@@ -487,6 +497,7 @@ public final class PeerNode: Sendable {
                     return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
                 }
                 onEvent(.connected(summary))
+                transfers.sessionUp(peer, c)
                 for k in waiters { k.resume(returning: summary) }
             case .peerDisconnected:
                 break  // reported with the connection's own end (`disconnected`)

@@ -30,6 +30,12 @@ public struct PeerNodeConfig: Sendable {
     /// Bytes of messages waiting to be sent to one peer, beyond which a send waits or fails
     /// `busy` (peer-protocol.md section 7; one larger message is taken when nothing waits).
     public var maxQueuedBytes = 8 * 1_048_576
+    /// Where resources from peers are saved; nil: every offer is declined.
+    public var inbox: Inbox?
+    /// Who takes resources from peers (`accept_resources`).
+    public var acceptResources: ResourcePolicy = .ask
+    /// Where outgoing transfers are kept across restarts (nil: in memory only).
+    public var transferJournal: String?
 
     /// Settings with defaults and `displayName`.
     public init(displayName: String) { self.displayName = displayName }
@@ -116,6 +122,8 @@ public enum PeerEvent: Sendable {
     /// Redialling a trusted peer stopped after `attempts` failed (it comes back when it
     /// dials, or is dialled).
     case reconnectGaveUp(PeerID, attempts: Int)
+    /// Something happened to a resource being sent or received.
+    case resource(ResourceEvent)
 }
 
 /// Why a node command failed.

@@ -111,6 +111,9 @@ public struct SendScheduler: Sendable {
         }
     }
 
+    /// Bulk frames waiting for stream `id` (a resource's chunks and its RESOURCE_DONE).
+    public func queuedFrames(on id: UInt32) -> Int { bulk[id]?.count ?? 0 }
+
     /// Whether a data batch of `bytes` (a message's size) would be taken now.
     public func canAccept(byteCount bytes: Int) -> Bool {
         queuedBytes == 0 || queuedBytes + bytes <= maxQueuedBytes

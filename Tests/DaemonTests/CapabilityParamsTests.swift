@@ -2,6 +2,7 @@ import BLE
 import BlueZ
 import Control
 @testable import Daemon
+import Peer
 import Testing
 
 /// The parameter checks of the BLE capabilities, without a daemon: what each accepts, and the
@@ -136,6 +137,20 @@ import Testing
             == "invalid params: interval_ms: expected {\"min\": ms, \"max\": ms} with 20 <= min <= max <= 10240")
         #expect(Self.message { () throws(RPCError) in try AdvertiseCapability.definition(RPCParams(["manufacturer": [["id": 70000, "data_hex": "00"]]])) }
             == "invalid params: manufacturer[0].id: expected a company id from 0 to 65535")
+    }
+
+    @Test func resourceSettings() throws {
+        #expect(try PeerCapability.settings([:]).config.acceptResources == .ask)
+        #expect(try PeerCapability.settings(["peer.accept_resources": "trusted"]).config.acceptResources == .trusted)
+        #expect(throws: ConfigError.self) { try PeerCapability.settings(["peer.accept_resources": "maybe"]) }
+        let defaults = try PeerCapability.inboxSettings([:], stateDirectory: "/var/lib/peerlink")
+        #expect(defaults.directory == "/var/lib/peerlink/peer/inbox" && defaults.limits.maxResourceBytes == 4 << 30)
+        #expect(try PeerCapability.inboxSettings(["peer.max_resource_bytes": "64K", "peer.inbox_dir": "/srv/in"], stateDirectory: "/x")
+            == ("/srv/in", Inbox.Limits(maxResourceBytes: 65_536)))
+        for bad in ["", "12X", "0", "-1", "99999999999T"] {
+            #expect(throws: ConfigError.self, "\(bad)") { try PeerCapability.inboxSettings(["peer.max_resource_bytes": bad], stateDirectory: "/x") }
+        }
+        #expect(throws: ConfigError.self) { try PeerCapability.inboxSettings(["peer.inbox_dir": "relative"], stateDirectory: "/x") }
     }
 
     @Test func agentSettingsAndPolicies() throws {

@@ -13,11 +13,12 @@ import Glibc
 /// answered by a client, the same pairing code on both, messages each way as events, trust,
 /// bad parameters named).
 @Suite(.serialized, .memoryHeavy) struct PeerCapabilityTests {
-    static func daemon(_ bus: PrivateBus, name: String, accept: String, listen: String = "loopback") async throws -> DaemonHarness {
+    static func daemon(_ bus: PrivateBus, name: String, accept: String, listen: String = "loopback", more: String = "") async throws -> DaemonHarness {
         try await DaemonHarness(busAddress: bus.address, extraConfig: """
         peer.name = \(name)
         peer.listen = \(listen)
         peer.accept = \(accept)
+        \(more)
         """)
     }
 
@@ -211,6 +212,44 @@ import Glibc
         #expect(reply["error"]?["data"]?["reason"] == "declined" && reply["error"]?["data"]?["by_peer"] == true)
     }
 
+    /// `peer.send-resource` between two daemons: the file arrives in the receiver's inbox
+    /// (its `inbox_dir`), reported on both sides; `peer.inbox` lists it; a missing file is an
+    /// error naming it.
+    @Test func aFileGoesToThePeersInbox() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "receiver", accept: "all", more: "peer.accept_resources = all\npeer.max_resource_bytes = 1M")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "sender", accept: "all")
+        defer { b.stop() }
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer.resource-received"]])
+        let bWatch = try RawClient(b.socketPath)
+        _ = try bWatch.call("events.subscribe", ["topics": ["peer.resource-sent", "peer.resource-ended"]])
+        _ = try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+
+        let path = b.directory + "/photo.bin"
+        let bytes = Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let sent = try b.call("peer.send-resource", ["path": .string(path), "to": "all"])
+        #expect(sent["transfers"]?.arrayValue?.first?["size"] == 100_000)
+        let got = try aWatch.nextEvent("peer.resource-received")["data"]
+        let saved = try #require(got?["path"]?.stringValue)
+        #expect(saved == a.directory + "/state/peer/inbox/photo.bin", "the default inbox_dir")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: saved)) == bytes)
+        #expect(try bWatch.nextEvent("peer.resource-sent")["data"]?["name"] == "photo.bin")
+        let inbox = try a.call("peer.inbox")
+        #expect(inbox["files"]?.arrayValue?.map { $0["name"] } == ["photo.bin"] && inbox["files"]?.arrayValue?.first?["size"] == 100_000)
+
+        // Over the receiver's max_resource_bytes (1M): declined, and the sender hears why.
+        try Data(count: 1_048_577).write(to: URL(fileURLWithPath: path))
+        _ = try b.call("peer.send-resource", ["path": .string(path), "to": "all"])
+        #expect(try bWatch.nextEvent("peer.resource-ended")["data"]?["reason"] == "too-large")
+
+        let missing = try RawClient(b.socketPath).request("peer.send-resource", ["path": "/nonexistent/file.png", "to": "all"])
+        #expect(missing["error"]?["message"]?.stringValue?.contains("/nonexistent/file.png") == true, "\(missing)")
+    }
+
     /// `peer.listen = off`: no port is open, yet the board dials out.
     @Test func aDialOnlyBoardOpensNoPortAndConnectsOut() async throws {
         let bus = try PrivateBus()
@@ -242,6 +281,13 @@ import Glibc
         ("peer.unadvertise", ["type": "cmj-stream"], "not advertised"),
         ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32))], "has not been found by a browse"),
         ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32)), "timeout": 0], "timeout"),
+        ("peer.send-resource", ["path": "relative.bin"], "absolute path"),
+        ("peer.send-resource", ["path": "/etc/hostname"], "no session"),
+        ("peer.send-resource", ["path": "/etc/hostname", "media_type": "text"], "media type"),
+        ("peer.send-resource", ["path": "/etc/hostname", "to": "some"], "to"),
+        ("peer.cancel", ["transfer": 7], "no resource transfer 7"),
+        ("peer.accept-resource", ["transfer": 7], "no resource offer 7"),
+        ("peer.transfers", ["x": 1], "x"),
     ] as [(String, [String: JSONValue], String)])
     func badParametersAreNamed(method: String, params: [String: JSONValue], names: String) async throws {
         let bus = try PrivateBus()

@@ -68,7 +68,7 @@ import TestSupport
         #expect(lines[0] == topLevel.joined(separator: " "))
         #expect(lines[1] == "peer")
         #expect(lines[2] == peer.joined(separator: " "))
-        #expect(lines[3] == "invitations invite")
+        #expect(lines[3] == "invitations inbox invite")
         #expect(lines[4] == "--adapter --timeout --socket --json --verbose --help")
         #expect(lines[5] == "on off")
         #expect(lines[6] == "00:AA:01:00:00:00 00:AA:01:00:00:01 hci0 hci1")

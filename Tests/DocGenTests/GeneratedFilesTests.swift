@@ -37,7 +37,7 @@ import TestSupport
             #expect(page.contains(".TP\n" + Roff.optionTag(option) + "\n"), "global option --\(option.name)")
         }
         for command in CommandTable.commands {
-            let title = ".SS \"peerlink \(command.path.joined(separator: " "))\"\n"
+            let title = ".SS \"\(Roff.text("peerlink " + command.path.joined(separator: " ")))\"\n"
             guard let start = page.range(of: title) else {
                 Issue.record("peerlink(1) has no section for 'peerlink \(command.path.joined(separator: " "))'")
                 continue

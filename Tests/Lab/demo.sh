@@ -9,8 +9,8 @@ show() { printf '$ peerlink %s\n' "$*"; }
 require_peerlink
 heading "Two PeerLink daemons: 'a' on hci0, 'b' on hci1"
 # Peer-session names of the reference flow (MultipeerConnectivity's tutorial).
-printf 'peer.name = KenshinCui_Advertiser\npeer.accept = ask\n' >"$LAB_OUT/demo-a.conf"
-printf 'peer.name = KenshinCui\npeer.accept = ask\n' >"$LAB_OUT/demo-b.conf"
+printf 'peer.name = KenshinCui_Advertiser\npeer.accept = ask\npeer.accept_resources = all\n' >"$LAB_OUT/demo-a.conf"
+printf 'peer.name = KenshinCui\npeer.accept = ask\npeer.accept_resources = all\n' >"$LAB_OUT/demo-b.conf"
 PL_CONFIG=$LAB_OUT/demo-a.conf start_peerlinkd a hci0
 PL_CONFIG=$LAB_OUT/demo-b.conf start_peerlinkd b hci1
 
@@ -131,4 +131,21 @@ wait_for 10 grep -q "message from" "$(log_of demo-a-peer)" || fail "a never got 
 wait_for 10 grep -q "message from" "$(log_of demo-b-peer)" || fail "b never got a's message"
 echo "(what a's 'peer watch' printed)"; cat "$(log_of demo-a-peer)"
 echo "(what b's 'peer watch' printed)"; cat "$(log_of demo-b-peer)"
+
+heading "the reference flow's picture: each side sends an image to every connected peer"
+IMG=$LAB_REPO/examples/images/peerlink.png
+for side in a b; do
+    show peer send-image examples/images/peerlink.png
+    pl "$side" peer send-image "$IMG" || fail "peer send-image ($side) failed"
+done
+wait_for 20 sh -c "grep -c '^received' '$(log_of demo-a-peer)' '$(log_of demo-b-peer)' | grep -vq ':0'" \
+    || fail "the images did not arrive on both sides"
+for side in a b; do
+    echo "(on $side)"; show peer inbox
+    pl "$side" peer inbox
+    got=$(grep '^received' "$(log_of "demo-$side-peer")" | tail -n 1 | sed 's/.* saved as //; s/ sha256 .*//')
+    printf 'sent     sha256 %s  %s\n' "$(sha256sum <"$IMG" | cut -d' ' -f1)" "examples/images/peerlink.png"
+    printf 'received sha256 %s  %s (sha256sum)\n' "$(sha256sum <"$got" | cut -d' ' -f1)" "$got"
+    [ "$(sha256sum <"$got")" = "$(sha256sum <"$IMG")" ] || fail "the image $side received differs from the one sent"
+done
 heading "end of demo"

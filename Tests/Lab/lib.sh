@@ -227,7 +227,9 @@ start_peerlinkd() {
     [ -z "${PEERLINKD_PID[$name]:-}" ] || fail "start_peerlinkd: daemon '$name' already started"
     local sock state log
     sock=$(pl_socket "$name"); state=$(pl_state_dir "$name"); log="$LAB_OUT/peerlinkd-$name.log"
-    rm -rf "${sock%/*}" "$state"
+    # PEERLINKD_KEEP=1: a restart: the state directory (identity, trust, parts) stays.
+    rm -rf "${sock%/*}"
+    [ -n "${PEERLINKD_KEEP:-}" ] || rm -rf "$state"
     mkdir -p "${sock%/*}" "$state"
     # `ip netns exec` and `env` exec the daemon: the pid is the daemon's.
     local wrap=()

@@ -51,6 +51,18 @@ peer_up() {
     done
 }
 
+# peer_kill9 NAME: SIGKILL the daemon (no clean-up of any kind) and forget it.
+peer_kill9() {
+    local pid=${PEERLINKD_PID[$1]:-}
+    [ -n "$pid" ] || fail "peer_kill9: no daemon '$1'"
+    kill -9 "$pid"; wait "$pid" 2>/dev/null
+    unset "PEERLINKD_PID[$1]"
+}
+# peer_restart NAME: peer_up NAME again with its state directory kept (identity, trust, inbox
+# parts, outgoing transfers): what a restart of the service does. Its events are appended to
+# the same ev-NAME log.
+peer_restart() { PEERLINKD_KEEP=1 peer_up "$1"; }
+
 # peer_start NAME ADAPTER NETNS|- [KEY=VALUE...]: peer_define and peer_up of one daemon.
 peer_start() {
     peer_define "$@"

@@ -55,22 +55,26 @@ import Testing
         #expect(try FileSystem.names(in: inbox.partDirectory).isEmpty, "the part and its state are gone")
     }
 
-    @Test func aCutTransferResumesFromWhatWasRecorded() throws {
+    /// A daemon killed mid-transfer: in the same boot every byte it wrote is in the part (the
+    /// page cache keeps it), so the part resumes from its whole length; after a reboot only
+    /// what was flushed and recorded counts.
+    @Test(arguments: [true, false])
+    func aCutTransferResumes(sameBoot: Bool) throws {
         let dir = try Directory()
         let limits = Inbox.Limits(syncInterval: 10_000)
         let bytes = Self.content(50_000, seed: 3)
         let offer = try Self.offer("big.bin", bytes)
         do {
-            let inbox = try Inbox(directory: dir.path, limits: limits)
+            let inbox = try Inbox(directory: dir.path, limits: limits, bootID: "boot-1")
             let part = try inbox.receive(offer, from: Self.peer)
             try part.write(Array(bytes[0..<20_000]))  // past the interval: flushed and recorded
             try part.write(Array(bytes[20_000..<25_000]))
             // The daemon is killed here: 20,000 bytes were recorded, 5,000 more written after.
         }
-        let inbox = try Inbox(directory: dir.path, limits: limits)
+        let inbox = try Inbox(directory: dir.path, limits: limits, bootID: sameBoot ? "boot-1" : "boot-2")
         let part = try inbox.receive(offer, from: Self.peer)
-        #expect(part.offset == 20_000, "resumes from the recorded length, not from what happened to be written")
-        try part.write(Array(bytes[20_000...]))
+        #expect(part.offset == (sameBoot ? 25_000 : 20_000))
+        try part.write(Array(bytes[Int(part.offset)...]))
         let saved = try part.finish()
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
 
@@ -78,11 +82,11 @@ import Testing
         let other = try inbox.receive(offer, from: PeerID(bytes: [UInt8](repeating: 7, count: 32))!)
         #expect(other.offset == 0)
         other.discard()
-        // A suspended transfer (the link dropped) records everything written.
+        // A suspended transfer (the link dropped) records everything written, for any boot.
         let again = try inbox.receive(try Self.offer("big.bin", bytes, id: 3), from: Self.peer)
         try again.write(Array(bytes[0..<1234]))
         again.suspend()
-        #expect(try inbox.receive(offer, from: Self.peer).offset == 1234)
+        #expect(try Inbox(directory: dir.path, limits: limits, bootID: "boot-3").receive(offer, from: Self.peer).offset == 1234)
     }
 
     @Test func aWrongHashRemovesThePartAndNamesTheReason() throws {
@@ -145,5 +149,17 @@ import Testing
             #expect(error.reason == .noSpace)
         }
         #expect(try FileSystem.names(in: full.partDirectory).isEmpty, "a refused transfer leaves no part")
+    }
+
+    /// `check` (before a client is asked) refuses what `receive` would, and opens nothing.
+    @Test func anOfferIsCheckedWithoutOpeningAPart() throws {
+        let dir = try Directory()
+        let small = try Inbox(directory: dir.path, limits: .init(maxResourceBytes: 100))
+        #expect(throws: Never.self) { try small.check(try Self.offer("ok", Self.content(100)), from: Self.peer) }
+        #expect { try small.check(try Self.offer("big", Self.content(101)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .tooLarge }
+        let free = try FileSystem.availableBytes(at: dir.path)
+        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: free))
+        #expect { try full.check(try Self.offer("any", Self.content(10)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
+        #expect(try FileSystem.names(in: full.partDirectory).isEmpty)
     }
 }

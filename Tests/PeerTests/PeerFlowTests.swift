@@ -26,8 +26,8 @@ import Glibc
 
     /// A node (`name`, encryption optional) in session with a hand-made peer that dialled it
     /// in plain text; the caller closes the peer and stops the node.
-    static func rawSession(_ name: String) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
-        let a = try Node(name, encryption: .optional)
+    static func rawSession(_ name: String, inbox: Inbox? = nil, policy: ResourcePolicy = .all) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
+        let a = try Node(name, encryption: .optional, inbox: inbox, acceptResources: policy)
         do {
             let raw = try await RawPeer.connect(port: a.node.port)
             do {
@@ -173,8 +173,8 @@ extension PeerFlowTests {
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
 
-    /// Until transfers exist, an offered resource and an opened stream are declined at once
-    /// (peer-protocol.md), and the session goes on.
+    /// A node without an inbox declines every offered resource at once, and an opened stream
+    /// (until streams exist), as peer-protocol.md asks; the session goes on.
     @Test func offersAndStreamOpensAreDeclined() async throws {
         let (a, raw, me) = try await Self.rawSession("declines")
         defer { raw.close(); a.node.stop() }
@@ -249,8 +249,8 @@ final class RawPeer: Sendable {
     }
 
     /// HELLO (no encryption) and an invitation, answered; returns the ID this peer claimed.
-    func handshakeAsDialer() throws -> PeerID {
-        guard let me = PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }) else { throw TestSupportError("no ID") }
+    func handshakeAsDialer(as given: PeerID? = nil) throws -> PeerID {
+        guard let me = given ?? PeerID(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }) else { throw TestSupportError("no ID") }
         try send(.hello(Hello(peerID: me, displayName: "raw", encryption: .none, role: .dialer)))
         try send(.invite(Invite(invitationID: 1)))
         let reply = try read { if case .inviteReply = $0 { true } else { false } }

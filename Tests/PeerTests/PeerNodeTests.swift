@@ -19,7 +19,8 @@ import Testing
         let signal = AsyncSignal()
 
         init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
-             ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576) throws {
+             ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
+             acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
@@ -27,8 +28,11 @@ import Testing
             config.encryption = encryption
             config.pingInterval = ping
             config.maxQueuedBytes = maxQueuedBytes
+            config.inbox = inbox
+            config.acceptResources = acceptResources
+            config.transferJournal = journal
             let box = Mutex<Node?>(nil)
-            node = try PeerNode(identity: try TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
+            node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
                                 logger: Logger(label: name, level: .error, handler: MemoryLogHandler())) { e in
                 box.withLock { $0 }?.record(e)
             }

@@ -11,7 +11,7 @@ _peerlink_subcommands() {
     'advertise') echo 'start stop list' ;;
     'agent') echo 'policy confirm' ;;
     'dnssd') echo 'publish unpublish update list browse resolve types' ;;
-    'peer') echo 'identity connect invitations accept decline sessions send stream disconnect trust forget trusted advertise browse invite watch' ;;
+    'peer') echo 'identity connect invitations accept decline sessions send stream send-file send-image transfers cancel accept-resource decline-resource inbox disconnect trust forget trusted advertise browse invite watch' ;;
     esac
 }
 
@@ -66,6 +66,13 @@ _peerlink_options() {
     'peer sessions') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer send') echo '--to --unreliable --no-wait --socket --json --verbose --timeout --help -h' ;;
     'peer stream') echo '--hex --keep --from --socket --json --verbose --timeout --help -h' ;;
+    'peer send-file') echo '--to --name --detach --socket --json --verbose --timeout --help -h' ;;
+    'peer send-image') echo '--to --name --detach --socket --json --verbose --timeout --help -h' ;;
+    'peer transfers') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer cancel') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer accept-resource') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer decline-resource') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer inbox') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer disconnect') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer trust') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer forget') echo '--socket --json --verbose --timeout --help -h' ;;
@@ -230,6 +237,24 @@ _peerlink_option_value() {
     'peer stream|--from') echo 'text' ;;
     'peer stream|--socket') echo 'file' ;;
     'peer stream|--timeout') echo 'text' ;;
+    'peer send-file|--to') echo 'text' ;;
+    'peer send-file|--name') echo 'text' ;;
+    'peer send-file|--socket') echo 'file' ;;
+    'peer send-file|--timeout') echo 'text' ;;
+    'peer send-image|--to') echo 'text' ;;
+    'peer send-image|--name') echo 'text' ;;
+    'peer send-image|--socket') echo 'file' ;;
+    'peer send-image|--timeout') echo 'text' ;;
+    'peer transfers|--socket') echo 'file' ;;
+    'peer transfers|--timeout') echo 'text' ;;
+    'peer cancel|--socket') echo 'file' ;;
+    'peer cancel|--timeout') echo 'text' ;;
+    'peer accept-resource|--socket') echo 'file' ;;
+    'peer accept-resource|--timeout') echo 'text' ;;
+    'peer decline-resource|--socket') echo 'file' ;;
+    'peer decline-resource|--timeout') echo 'text' ;;
+    'peer inbox|--socket') echo 'file' ;;
+    'peer inbox|--timeout') echo 'text' ;;
     'peer disconnect|--socket') echo 'file' ;;
     'peer disconnect|--timeout') echo 'text' ;;
     'peer trust|--socket') echo 'file' ;;
@@ -275,6 +300,8 @@ _peerlink_argument() {
     'read|1') echo 'dynamic:uuid' ;;
     'write|1') echo 'dynamic:uuid' ;;
     'subscribe|1') echo 'dynamic:uuid' ;;
+    'peer send-file|0') echo 'file' ;;
+    'peer send-image|0') echo 'file' ;;
     *) echo text ;;
     esac
 }

@@ -1,0 +1,129 @@
+import Control
+import Foundation
+import Peer
+import Session
+import SystemKit
+
+/// Resources over peer sessions (MultipeerConnectivity's `sendResource`): the methods
+/// `peer.send-resource`, `peer.cancel`, `peer.accept-resource`, `peer.decline-resource`,
+/// `peer.transfers` and `peer.inbox`, and the `peer.resource-*` events.
+extension PeerCapability {
+    func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox) {
+        context.register(ControlMethod.peerSendResource) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["path", "name", "media_type", "to", "image"])
+            let path = try p.string("path")
+            guard path.hasPrefix("/") else { throw .invalidParams("path", "expected an absolute path (the daemon's working directory is not yours), got \"\(path)\"") }
+            let name = try p.optionalString("name")
+            let mediaType = try p.optionalString("media_type")
+            if let mediaType {
+                let printable = mediaType.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7f }
+                guard printable, mediaType.contains("/"), mediaType.utf8.count <= Wire.maxMediaType else {
+                    throw .invalidParams("media_type", "expected a media type like image/png (printable ASCII, at most \(Wire.maxMediaType) bytes), got \"\(mediaType)\"")
+                }
+            }
+            let peers = try Self.peers(p, "to")
+            let imagesOnly = try p.optionalBool("image") ?? false
+            let sent = try await rpc {
+                do {
+                    return try await node.sendResource(path: path, name: name, mediaType: mediaType, to: peers, imagesOnly: imagesOnly)
+                } catch let e as PeerError {
+                    throw e
+                } catch {
+                    throw PeerError.invalid("path", "\(error)")
+                }
+            }
+            return ["transfers": .array(sent.map { Self.json($0) })]
+        }
+        context.register(ControlMethod.peerCancel) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["transfer"])
+            let id = try p.int("transfer", in: 1...Int64.max)
+            try await rpc { try node.cancel(resource: UInt64(id)) }
+            return ["transfer": .int(id), "cancelled": true]
+        }
+        for (method, accept) in [(ControlMethod.peerAcceptResource, true), (ControlMethod.peerDeclineResource, false)] {
+            context.register(method) { p, _ throws(RPCError) in
+                try p.rejectUnknown(allowed: ["transfer"])
+                let id = try p.int("transfer", in: 1...Int64.max)
+                try await rpc { try node.answer(resource: UInt64(id), accept: accept) }
+                return ["transfer": .int(id), "accepted": .bool(accept)]
+            }
+        }
+        context.register(ControlMethod.peerTransfers) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            return ["transfers": .array(node.resourceTransfers.map { Self.json($0) })]
+        }
+        context.register(ControlMethod.peerInbox) { p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: [])
+            let names: [String]
+            do throws(InboxError) { names = try inbox.files() } catch { throw .internalError(error.description) }
+            return ["directory": .string(inbox.directory), "files": .array(names.sorted().map { Self.inboxEntry(inbox, $0) })]
+        }
+    }
+
+    /// `to`: `"all"` (or absent: every session) or a list of peer IDs.
+    static func peers(_ p: RPCParams, _ key: String) throws(RPCError) -> [PeerID] {
+        var peers: [PeerID] = []
+        if case .string(let s)? = p[key] {
+            guard s == "all" else { throw .invalidParams(key, "expected \"all\" or a list of peer IDs, got \"\(s)\"") }
+        } else if let list = try p.optionalStringArray(key) {
+            for t in list { peers.append(try Self.peerID(t, key)) }
+            guard !peers.isEmpty else { throw .invalidParams(key, "the list is empty") }
+        }
+        return peers
+    }
+
+    private static func inboxEntry(_ inbox: Inbox, _ name: String) -> JSONValue {
+        let path = (inbox.directory as NSString).appendingPathComponent(name)
+        var o: [String: JSONValue] = ["name": .string(name), "path": .string(path)]
+        if let f = try? RegularFile.openForReading(path) {
+            if let st = try? f.status() { o["size"] = .int(Int64(st.size)) }
+            if let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes), let image = ImageHeader.parse(head) {
+                o.merge(json(image)) { $1 }
+            }
+        }
+        return .object(o)
+    }
+
+    static func json(_ image: ImageHeader) -> [String: JSONValue] {
+        ["media_type": .string(image.format.mediaType), "width": .int(Int64(image.width)), "height": .int(Int64(image.height))]
+    }
+
+    static func json(_ t: ResourceTransfer) -> JSONValue {
+        var o = json(t.peer)
+        o["transfer"] = .int(Int64(t.id))
+        o["direction"] = .string(t.outgoing ? "out" : "in")
+        o["name"] = .string(t.name)
+        o["size"] = .int(Int64(t.size))
+        o["sha256"] = .string(t.sha256.map { String(format: "%02x", $0) }.joined())
+        o["media_type"] = .string(t.mediaType)
+        o["bytes"] = .int(Int64(t.bytes))
+        o["offset"] = .int(Int64(t.offset))
+        o["started"] = .bool(t.started)
+        return .object(o)
+    }
+
+    /// The event for a resource's news, with its topic.
+    static func event(_ e: ResourceEvent) -> (topic: String, data: JSONValue) {
+        func with(_ t: ResourceTransfer, _ extra: [String: JSONValue]) -> JSONValue {
+            guard case .object(var o) = json(t) else { return .null }
+            o.merge(extra) { $1 }
+            return .object(o)
+        }
+        switch e {
+        case .offered(let t): return (ControlEvent.peerResourceOffered, json(t))
+        case .started(let t): return (ControlEvent.peerResourceStarted, json(t))
+        case .progress(let t, let rate):
+            let left = rate > 0 ? Double(t.size - t.bytes) / rate : nil
+            return (ControlEvent.peerResourceProgress, with(t, ["bytes_per_second": .double(rate.rounded()),
+                                                                 "seconds_left": left.map { .double(($0 * 10).rounded() / 10) } ?? .null]))
+        case .sent(let t): return (ControlEvent.peerResourceSent, json(t))
+        case .received(let t, let file, let image):
+            var extra: [String: JSONValue] = ["path": .string(file.path), "saved_as": .string(file.name)]
+            if let image { extra.merge(json(image)) { $1 } }
+            return (ControlEvent.peerResourceReceived, with(t, extra))
+        case .ended(let t, let reason, let detail, let byPeer):
+            return (ControlEvent.peerResourceEnded, with(t, ["reason": .string(reason.description), "detail": .string(detail), "by_peer": .bool(byPeer)]))
+        case .interrupted(let t): return (ControlEvent.peerResourceInterrupted, json(t))
+        }
+    }
+}

@@ -1,0 +1,273 @@
+import Session
+import SystemKit
+
+/// What one connection's resources report, in order, on the connection's queue.
+public enum TransferEvent: Sendable {
+    /// The peer offers a resource: answer with `PeerConnection.acceptResource` or
+    /// `declineResource`.
+    case offered(ResourceOffer)
+    /// A resource started moving from `offset` (non-zero: resumed from what the receiver
+    /// had verified).
+    case started(id: UInt32, outgoing: Bool, offset: UInt64)
+    /// Bytes of the resource moved so far (sent or received from its start, `offset`
+    /// included): at most every `ConnectionTransfers.progressInterval` per resource.
+    case progress(id: UInt32, outgoing: Bool, bytes: UInt64)
+    /// Our resource arrived at the peer whole, and the peer verified and saved it.
+    case delivered(id: UInt32)
+    /// The peer's resource is whole, verified and saved in the inbox.
+    case received(id: UInt32, file: ReceivedFile)
+    /// A resource ended without arriving: the reason both sides see, what happened, whether
+    /// the peer ended it, and how far it got.
+    case ended(id: UInt32, outgoing: Bool, reason: Reason, detail: String, byPeer: Bool, bytes: UInt64)
+    /// The session ended with the resource in progress: a received part is kept, and the
+    /// same resource offered again (by the same peer, with the same hash) resumes from it.
+    case interrupted(id: UInt32, outgoing: Bool, bytes: UInt64)
+}
+
+/// The resources of one connection, both ways, with their files: the `ResourceTable` (the
+/// protocol's rules) plus the open `OutgoingFile`s read from and the `IncomingFile`s written
+/// to. Used under the connection's lock; the connection writes the frames this returns and
+/// reports the events.
+///
+/// Sending pulls: data is read from the file only when the bulk lane runs low (`refill`),
+/// so a resource of any size costs `queuedChunks` chunks of memory, and the session's flow
+/// control (the peer's credit, taken by the scheduler) paces the reads.
+struct ConnectionTransfers {
+    /// What a step asks of the connection.
+    struct Outcome {
+        /// Frames to queue, in order.
+        var frames: [Frame] = []
+        /// Flow-controlled bytes used up (their window goes back to the peer).
+        var consumed: [(id: UInt32, bytes: Int)] = []
+        /// Resources whose queued bulk frames must go (they ended).
+        var dropped: [UInt32] = []
+        /// For the application.
+        var events: [TransferEvent] = []
+    }
+
+    /// RESOURCE_DATA's payload: a whole frame (the id is in the header).
+    static let chunkSize = Wire.maxPayload
+    /// Chunks queued ahead per resource: one stream window's worth (256 KiB).
+    static let queuedChunks = FlowWindow.initialStream / chunkSize
+    /// Progress is reported at most this often per resource.
+    static let progressInterval: Duration = .milliseconds(250)
+
+    private struct Sending {
+        let file: OutgoingFile
+        var reported: ContinuousClock.Instant
+        /// Bytes handed to the scheduler (the table forgets it when the resource ends).
+        var handedOut: UInt64 = 0
+        var doneQueued = false
+    }
+
+    private struct Receiving {
+        let offer: ResourceOffer
+        /// Nil until accepted.
+        var file: IncomingFile?
+        var reported: ContinuousClock.Instant
+    }
+
+    private var table: ResourceTable
+    private var sending: [UInt32: Sending] = [:]
+    private var receiving: [UInt32: Receiving] = [:]
+
+    init(role: Role) { table = ResourceTable(role: role) }
+
+    /// Whether any resource is being sent or received.
+    var isEmpty: Bool { sending.isEmpty && receiving.isEmpty }
+
+    // MARK: Commands
+
+    /// Offers `file` under `name`: its id and the RESOURCE_OFFER.
+    mutating func offer(_ file: OutgoingFile, name: String, now: ContinuousClock.Instant) -> (id: UInt32, frame: Frame) {
+        let (id, frame) = table.offer(name: name, size: file.size, sha256: file.sha256, mediaType: file.mediaType)
+        sending[id] = Sending(file: file, reported: now)
+        return (id, frame)
+    }
+
+    /// The peer's offer `id` while it waits for an answer.
+    func pendingOffer(_ id: UInt32) -> ResourceOffer? {
+        guard let r = receiving[id], r.file == nil else { return nil }
+        return r.offer
+    }
+
+    /// Accepts the peer's offer `id` into `file` (opened by the inbox, resuming a part an
+    /// earlier transfer of the same content left): RESOURCE_ACCEPT from the part's length.
+    /// An offer that ended meanwhile (cancelled, the peer's lie) keeps the part as it is.
+    mutating func accept(_ id: UInt32, file: IncomingFile, now: ContinuousClock.Instant) -> Outcome {
+        var out = Outcome()
+        guard pendingOffer(id) != nil, let frame = try? table.accept(id, from: file.offset) else {
+            file.suspend()
+            return out
+        }
+        out.frames.append(frame)
+        receiving[id]?.file = file
+        receiving[id]?.reported = now
+        out.events.append(.started(id: id, outgoing: false, offset: file.offset))
+        return out
+    }
+
+    /// Declines the peer's offer `id`.
+    mutating func decline(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
+        var out = Outcome()
+        guard receiving.removeValue(forKey: id) != nil, let frame = try? table.decline(id, reason: reason) else { return out }
+        out.frames.append(frame)
+        out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: false, bytes: 0))
+        return out
+    }
+
+    /// Ends resource `id` from this side, either way (the user cancelled, a file failed).
+    mutating func cancel(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
+        var out = Outcome()
+        let bytes = position(id)
+        guard let frame = table.cancel(id, reason: reason) else { return out }
+        out.frames.append(frame)
+        out.dropped.append(id)
+        if sending.removeValue(forKey: id) != nil {
+            out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: false, bytes: bytes))
+        } else if let r = receiving.removeValue(forKey: id) {
+            r.file?.discard()
+            out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: false, bytes: bytes))
+        }
+        return out
+    }
+
+    /// The connection ended: received parts are kept for a resume, and every resource in
+    /// progress is reported interrupted.
+    mutating func connectionEnded() -> [TransferEvent] {
+        var events: [TransferEvent] = []
+        for t in table.connectionEnded() {
+            let id = t.offer.resourceID
+            if t.outgoing {
+                sending[id] = nil
+                events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
+            } else if let r = receiving.removeValue(forKey: id) {
+                r.file?.suspend()
+                events.append(.interrupted(id: id, outgoing: false, bytes: r.file?.received ?? 0))
+            }
+        }
+        return events
+    }
+
+    private func position(_ id: UInt32) -> UInt64 {
+        if let f = receiving[id]?.file { return f.received }
+        return table.transfers[id]?.position ?? 0
+    }
+
+    // MARK: Sending
+
+    /// Tops up the bulk lane: for each resource being sent, chunks read from its file until
+    /// `queuedChunks` wait, the scheduler is full, or the file is all handed out (then its
+    /// RESOURCE_DONE). A file that changed or cannot be read cancels its resource.
+    mutating func refill(_ scheduler: inout SendScheduler, now: ContinuousClock.Instant) -> Outcome {
+        var out = Outcome()
+        for id in sending.keys.sorted() {
+            guard let s = sending[id], !s.doneQueued, let t = table.transfers[id], t.phase == .transferring else { continue }
+            var position = t.position
+            while scheduler.queuedFrames(on: id) < Self.queuedChunks {
+                if position == t.offer.size {
+                    guard let done = try? table.finishSending(id) else { break }
+                    _ = scheduler.enqueue(done)
+                    sending[id]?.doneQueued = true
+                    break
+                }
+                // Read only what the scheduler takes (its bound covers every lane).
+                guard scheduler.canAccept(byteCount: Wire.headerSize + Self.chunkSize) else { break }
+                let bytes: [UInt8]?
+                do {
+                    bytes = try s.file.read(at: position, count: Self.chunkSize)
+                } catch {
+                    Self.merge(cancel(id, reason: .ioError, detail: "reading \(s.file.path): \(error)"), into: &out)
+                    break
+                }
+                guard let bytes, !bytes.isEmpty, table.sending(id, count: bytes.count) else {
+                    Self.merge(cancel(id, reason: .sourceChanged, detail: "\(s.file.path) changed after it was offered"), into: &out)
+                    break
+                }
+                _ = scheduler.enqueue(.resourceData(resourceID: id, data: bytes))
+                position += UInt64(bytes.count)
+                sending[id]?.handedOut = position
+            }
+            if sending[id] != nil, now - s.reported >= Self.progressInterval, position > t.offset {
+                sending[id]?.reported = now
+                out.events.append(.progress(id: id, outgoing: true, bytes: position))
+            }
+        }
+        return out
+    }
+
+    // MARK: Frames from the peer
+
+    /// A resource frame from the peer (the machine's `.frame` event).
+    mutating func received(_ frame: Frame, from peer: PeerID?, now: ContinuousClock.Instant) -> Outcome {
+        var out = Outcome()
+        // Every data byte the machine counted goes back to the window, whatever becomes of it.
+        if case .resourceData(let id, let d) = frame, !d.isEmpty { out.consumed.append((id, d.count)) }
+        guard let event = table.received(frame) else { return out }
+        switch event {
+        case .offered(let offer):
+            receiving[offer.resourceID] = Receiving(offer: offer, reported: now)
+            out.events.append(.offered(offer))
+        case .accepted(let id, let offset):
+            out.events.append(.started(id: id, outgoing: true, offset: offset))
+        case .declined(let id, let reason):
+            sending[id] = nil
+            out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: "the peer declined it", byPeer: true, bytes: 0))
+        case .data(let id, _, let bytes):
+            guard let file = receiving[id]?.file else { break }
+            do {
+                try file.write(bytes)
+            } catch {
+                Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
+                break
+            }
+            if let r = receiving[id], now - r.reported >= Self.progressInterval {
+                receiving[id]?.reported = now
+                out.events.append(.progress(id: id, outgoing: false, bytes: file.received))
+            }
+        case .complete(let id):
+            guard let file = receiving[id]?.file else { break }
+            do {
+                let saved = try file.finish()
+                receiving[id] = nil
+                if let done = try? table.verified(id) { out.frames.append(done) }
+                out.events.append(.received(id: id, file: saved))
+            } catch {
+                Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
+            }
+        case .delivered(let id):
+            sending[id] = nil
+            out.events.append(.delivered(id: id))
+        case .cancelled(let id, let reason):
+            out.dropped.append(id)
+            if let s = sending.removeValue(forKey: id) {
+                out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: "the peer cancelled it", byPeer: true,
+                                         bytes: s.handedOut))
+            } else if let r = receiving.removeValue(forKey: id) {
+                let bytes = r.file?.received ?? 0
+                r.file?.discard()
+                out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: "the peer cancelled it", byPeer: true, bytes: bytes))
+            }
+        case .violation(let id, let why, let reply):
+            out.frames.append(reply)
+            out.dropped.append(id)
+            if let s = sending.removeValue(forKey: id) {
+                out.events.append(.ended(id: id, outgoing: true, reason: .protocolError, detail: why, byPeer: false, bytes: s.handedOut))
+            } else if let r = receiving.removeValue(forKey: id) {
+                let bytes = r.file?.received ?? 0
+                r.file?.discard()
+                out.events.append(.ended(id: id, outgoing: false, reason: .protocolError, detail: why, byPeer: false, bytes: bytes))
+            }
+        case .ignored:
+            break
+        }
+        return out
+    }
+
+    private static func merge(_ o: Outcome, into out: inout Outcome) {
+        out.frames += o.frames
+        out.consumed += o.consumed
+        out.dropped += o.dropped
+        out.events += o.events
+    }
+}

@@ -1,0 +1,406 @@
+// Linux Dispatch has no Sendable annotations; its queues are thread-safe.
+@preconcurrency import Dispatch
+import Foundation
+import Logging
+import Session
+import Synchronization
+import SystemKit
+import TLS
+
+/// A node's resources across its connections: numbers them for users, applies the
+/// `accept_resources` policy to offers, turns the connections' transfer events into
+/// `ResourceEvent`s with rates, and offers an interrupted outgoing resource again when its
+/// peer's next session comes up (the receiver answers with what it has verified). Outgoing
+/// transfers are kept in a journal (`outgoing.json`, written atomically) so a restarted
+/// daemon offers them again too.
+final class NodeTransfers: Sendable {
+    /// How long an offer waits for a client's answer (policy `ask`) before it is declined
+    /// with `timeout`.
+    static let answerTimeout: Duration = .seconds(30)
+
+    private struct Key: Hashable {
+        let connection: UInt64
+        let resource: UInt32
+    }
+
+    private struct Record {
+        var transfer: ResourceTransfer
+        /// Where it runs now: nil for an outgoing one waiting for its peer's next session.
+        var key: Key?
+        /// The file, for an outgoing one (shared by every peer it goes to); nil for one read
+        /// back from the journal until its peer is back (then it is opened and hashed again).
+        var file: OutgoingFile?
+        /// The file's path, for an outgoing one.
+        var path: String?
+        /// Being opened again after a restart.
+        var reopening = false
+        var startedAt: ContinuousClock.Instant?
+        /// A client is asked (policy `ask`).
+        var asked = false
+    }
+
+    private struct State {
+        var nextID: UInt64 = 1
+        var records: [UInt64: Record] = [:]
+        var byKey: [Key: UInt64] = [:]
+        var connections: [UInt64: PeerConnection] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let inbox: Inbox?
+    private let policy: ResourcePolicy
+    private let isTrusted: @Sendable (PeerID) -> Bool
+    private let sessionSource = Mutex<(@Sendable (PeerID) -> PeerConnection?)?>(nil)
+    private let emit: @Sendable (ResourceEvent) -> Void
+    private let logger: Logger
+    private let journal: String?
+
+    /// `journal`: where outgoing transfers are kept across restarts (nil: in memory only);
+    /// those it holds are read back now, waiting for their peers.
+    init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, logger: Logger, isTrusted: @escaping @Sendable (PeerID) -> Bool,
+         emit: @escaping @Sendable (ResourceEvent) -> Void) {
+        self.inbox = inbox
+        self.policy = policy
+        self.journal = journal
+        self.logger = logger
+        self.isTrusted = isTrusted
+        self.emit = emit
+        let restored = Self.load(journal, logger)
+        state.withLock { s in
+            for (t, path) in restored {
+                s.records[t.id] = Record(transfer: t, path: path)
+                s.nextID = max(s.nextID, t.id + 1)
+            }
+        }
+        if !restored.isEmpty { logger.notice("outgoing transfers waiting for their peers", ["count": "\(restored.count)"]) }
+    }
+
+    /// Where a peer's session is found now (the node's table, set once by the node).
+    func setSessionSource(_ source: @escaping @Sendable (PeerID) -> PeerConnection?) {
+        sessionSource.withLock { $0 = source }
+    }
+
+    private func session(_ peer: PeerID) -> PeerConnection? { sessionSource.withLock { $0 }?(peer) }
+
+    /// Every transfer in progress or waiting, by number.
+    var all: [ResourceTransfer] { state.withLock { s in s.records.keys.sorted().compactMap { s.records[$0]?.transfer } } }
+
+    // MARK: Commands
+
+    /// Offers `file` as `name` to each peer on its session: one transfer each.
+    func send(_ file: OutgoingFile, name: String, to peers: [(PeerID, PeerConnection)]) -> [ResourceTransfer] {
+        var made: [ResourceTransfer] = []
+        for (peer, c) in peers {
+            let id = state.withLock { s -> UInt64 in
+                defer { s.nextID += 1 }
+                let t = ResourceTransfer(id: s.nextID, peer: peer, outgoing: true, name: name, size: file.size,
+                                         sha256: file.sha256, mediaType: file.mediaType)
+                s.records[s.nextID] = Record(transfer: t, file: file, path: file.path)
+                return s.nextID
+            }
+            save()
+            offer(id, on: c)
+            if let t = state.withLock({ $0.records[id]?.transfer }) { made.append(t) }
+        }
+        return made
+    }
+
+    /// Offers the outgoing transfer `id` on connection `c` (its first offer, or again after
+    /// an interruption).
+    private func offer(_ id: UInt64, on c: PeerConnection) {
+        // The record is bound before the offer goes, so the peer's answer finds it.
+        let (file, reopen) = state.withLock { s -> (OutgoingFile?, Bool) in
+            guard let r = s.records[id], r.key == nil, !r.reopening else { return (nil, false) }
+            s.connections[c.id] = c
+            if r.file == nil { s.records[id]?.reopening = true }
+            return (r.file, r.file == nil)
+        }
+        if reopen {
+            // Hashing takes a while: off the connection's queue.
+            return DispatchQueue.global().async { self.reopen(id, then: c) }
+        }
+        guard let file, let name = state.withLock({ $0.records[id]?.transfer.name }) else { return }
+        let resource = c.offerResource(file, name: name) { rid in
+            self.state.withLock { s in
+                let key = Key(connection: c.id, resource: rid)
+                s.records[id]?.key = key
+                s.byKey[key] = id
+            }
+        }
+        if resource == nil { logger.info("a resource waits for its peer's session", ["resource": "\(id)"]) }
+    }
+
+    /// Opens and hashes again the file of a transfer read back from the journal, then offers
+    /// it on `c`. A file that cannot be read ends the transfer (`io-error`); one whose content
+    /// changed ends it (`source-changed`) and is sent again from the start as a new transfer.
+    private func reopen(_ id: UInt64, then c: PeerConnection) {
+        guard let r = state.withLock({ $0.records[id] }), let path = r.path else { return }
+        let t = r.transfer
+        let file: OutgoingFile
+        do {
+            file = try OutgoingFile(path: path, name: t.name, mediaType: t.mediaType)
+        } catch {
+            state.withLock { $0.records[id] = nil }
+            save()
+            return emit(.ended(t, reason: .ioError, detail: "cannot read \(path) to resume: \(error)", byPeer: false))
+        }
+        guard file.sha256 == t.sha256, file.size == t.size else {
+            let again = state.withLock { s -> UInt64 in
+                s.records[id] = nil
+                defer { s.nextID += 1 }
+                let n = ResourceTransfer(id: s.nextID, peer: t.peer, outgoing: true, name: t.name, size: file.size,
+                                         sha256: file.sha256, mediaType: file.mediaType)
+                s.records[s.nextID] = Record(transfer: n, file: file, path: path)
+                return s.nextID
+            }
+            save()
+            emit(.ended(t, reason: .sourceChanged,
+                        detail: "\(path) changed since it was offered: it is sent again from the start as transfer \(again)", byPeer: false))
+            return offer(again, on: c)
+        }
+        state.withLock { s in
+            s.records[id]?.file = file
+            s.records[id]?.reopening = false
+        }
+        offer(id, on: c)
+    }
+
+    /// Answers an offer a client was asked about.
+    func answer(_ id: UInt64, accept: Bool) throws(PeerError) {
+        let (key, c) = try state.withLock { s throws(PeerError) -> (Key, PeerConnection?) in
+            guard let r = s.records[id], !r.transfer.outgoing, let key = r.key else { throw .notFound("resource offer", "\(id)") }
+            guard r.asked, !r.transfer.started else { throw .invalid("resource", "transfer \(id) is not waiting for an answer") }
+            s.records[id]?.asked = false
+            return (key, s.connections[key.connection])
+        }
+        guard let c else { throw .notConnected("of resource \(id)") }
+        if accept, let inbox { c.acceptResource(key.resource, into: inbox) } else {
+            c.declineResource(key.resource, reason: .declined, detail: "declined by a client")
+        }
+    }
+
+    /// Cancels transfer `id`, either way: both sides hear `cancelled`.
+    func cancel(_ id: UInt64) throws(PeerError) {
+        let (key, c, waiting) = try state.withLock { s throws(PeerError) -> (Key?, PeerConnection?, Record?) in
+            guard let r = s.records[id] else { throw .notFound("resource transfer", "\(id)") }
+            guard let key = r.key else {
+                s.records[id] = nil
+                return (nil, nil, r)
+            }
+            return (key, s.connections[key.connection], nil)
+        }
+        if let waiting {
+            save()
+            emit(.ended(waiting.transfer, reason: .cancelled, detail: "cancelled while waiting for the peer", byPeer: false))
+        } else if let key, let c {
+            c.cancelResource(key.resource, reason: .cancelled, detail: "cancelled by a client")
+        }
+    }
+
+    /// The session with `peer` is up on `c`: outgoing transfers waiting for it are offered
+    /// again.
+    func sessionUp(_ peer: PeerID, _ c: PeerConnection) {
+        let waiting = state.withLock { s in
+            s.records.filter { $0.value.transfer.peer == peer && $0.value.transfer.outgoing && $0.value.key == nil }.keys.sorted()
+        }
+        for id in waiting { offer(id, on: c) }
+    }
+
+    // MARK: Events from connections
+
+    /// What connection `c` reports about its resources (on its queue, in order).
+    func handle(_ c: PeerConnection, _ e: TransferEvent) {
+        switch e {
+        case .offered(let offer): offered(offer, on: c)
+        case .started(let rid, _, let offset):
+            update(c, rid) { r in
+                r.transfer.started = true
+                r.transfer.offset = offset
+                r.transfer.bytes = offset
+                r.startedAt = .now
+                return .started(r.transfer)
+            }
+        case .progress(let rid, _, let bytes):
+            update(c, rid) { r in
+                r.transfer.bytes = bytes
+                return .progress(r.transfer, bytesPerSecond: Self.rate(r))
+            }
+        case .delivered(let rid):
+            finish(c, rid) { r in
+                r.transfer.bytes = r.transfer.size
+                return .sent(r.transfer)
+            }
+        case .received(let rid, let file):
+            finish(c, rid) { r in
+                r.transfer.bytes = r.transfer.size
+                return .received(r.transfer, file, image: Self.imageHeader(file.path))
+            }
+        case .ended(let rid, _, let reason, let detail, let byPeer, let bytes):
+            finish(c, rid) { r in
+                r.transfer.bytes = bytes
+                return .ended(r.transfer, reason: reason, detail: detail, byPeer: byPeer)
+            }
+        case .interrupted(let rid, let outgoing, let bytes):
+            interrupted(c, rid, outgoing: outgoing, bytes: bytes)
+        }
+    }
+
+    private func offered(_ offer: ResourceOffer, on c: PeerConnection) {
+        guard let peer = c.snapshot.hello?.peerID else { return }
+        let key = Key(connection: c.id, resource: offer.resourceID)
+        // Over the quota or past the free space: refused before anyone is asked.
+        var refusal: InboxError?
+        do throws(InboxError) { try inbox?.check(offer, from: peer) } catch { refusal = error }
+        let trusted = isTrusted(peer)
+        let answer: Bool? = switch policy {
+        case _ where refusal != nil: false
+        case _ where inbox == nil: false
+        case .all: true
+        case .none: false
+        case .trusted where trusted: true
+        case .trusted, .ask: nil
+        }
+        let t = state.withLock { s -> ResourceTransfer in
+            defer { s.nextID += 1 }
+            let t = ResourceTransfer(id: s.nextID, peer: peer, outgoing: false, name: offer.name, size: offer.size,
+                                     sha256: offer.sha256, mediaType: offer.mediaType)
+            s.records[s.nextID] = Record(transfer: t, key: key, asked: answer == nil)
+            s.byKey[key] = s.nextID
+            s.connections[c.id] = c
+            return t
+        }
+        switch answer {
+        case true?: if let inbox { c.acceptResource(offer.resourceID, into: inbox) }
+        case false?:
+            if let refusal { return c.declineResource(offer.resourceID, reason: refusal.reason, detail: refusal.description) }
+            let why = inbox == nil ? "this node takes no resources (no inbox)" : "accept_resources is \(policy.rawValue)"
+            c.declineResource(offer.resourceID, reason: .declined, detail: why)
+        case nil:
+            emit(.offered(t))
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.answerTimeout.dispatchInterval) { [weak self] in
+                self?.unanswered(t.id, c, offer.resourceID)
+            }
+        }
+    }
+
+    private func unanswered(_ id: UInt64, _ c: PeerConnection, _ rid: UInt32) {
+        let still = state.withLock { s -> Bool in
+            guard let r = s.records[id], r.asked else { return false }
+            s.records[id]?.asked = false
+            return true
+        }
+        if still { c.declineResource(rid, reason: .timeout, detail: "no client answered within \(Self.answerTimeout)") }
+    }
+
+    private func update(_ c: PeerConnection, _ rid: UInt32, _ body: (inout Record) -> ResourceEvent) {
+        let e = state.withLock { s -> ResourceEvent? in
+            guard let id = s.byKey[Key(connection: c.id, resource: rid)], var r = s.records[id] else { return nil }
+            let e = body(&r)
+            s.records[id] = r
+            return e
+        }
+        if let e { emit(e) }
+    }
+
+    private func finish(_ c: PeerConnection, _ rid: UInt32, _ body: (inout Record) -> ResourceEvent) {
+        let (e, outgoing) = state.withLock { s -> (ResourceEvent?, Bool) in
+            guard let id = s.byKey.removeValue(forKey: Key(connection: c.id, resource: rid)), var r = s.records.removeValue(forKey: id) else {
+                return (nil, false)
+            }
+            forgetConnection(c.id, &s)
+            return (body(&r), r.transfer.outgoing)
+        }
+        if outgoing { save() }
+        if let e { emit(e) }
+    }
+
+    private func interrupted(_ c: PeerConnection, _ rid: UInt32, outgoing: Bool, bytes: UInt64) {
+        let (t, again) = state.withLock { s -> (ResourceTransfer?, PeerID?) in
+            guard let id = s.byKey.removeValue(forKey: Key(connection: c.id, resource: rid)), var r = s.records[id] else { return (nil, nil) }
+            defer { forgetConnection(c.id, &s) }
+            r.transfer.bytes = bytes
+            r.transfer.started = false
+            guard outgoing else {
+                s.records[id] = nil
+                return (r.transfer, nil)
+            }
+            r.key = nil
+            s.records[id] = r
+            return (r.transfer, r.transfer.peer)
+        }
+        guard let t else { return }
+        emit(.interrupted(t))
+        // The peer's next session may be up already (it came back before this was reported).
+        if let peer = again, let next = session(peer), next.id != c.id { offer(t.id, on: next) }
+    }
+
+    // MARK: The journal
+
+    /// Writes the outgoing transfers to the journal (atomically). A failure is logged: the
+    /// transfers go on, only a restart would forget them.
+    private func save() {
+        guard let journal else { return }
+        let list = state.withLock { s in
+            s.records.keys.sorted().compactMap { id -> [String: Any]? in
+                guard let r = s.records[id], r.transfer.outgoing, let path = r.path else { return nil }
+                let t = r.transfer
+                return ["id": t.id, "peer": t.peer.hex, "path": path, "name": t.name, "media_type": t.mediaType,
+                        "size": t.size, "sha256": Fingerprint.hexString(t.sha256)]
+            }
+        }
+        do {
+            let data = try JSONSerialization.data(withJSONObject: ["transfers": list], options: [.prettyPrinted, .sortedKeys])
+            try AtomicFile.write(Array(data), to: journal, mode: 0o600)
+        } catch {
+            logger.error("cannot save the outgoing transfers", ["path": journal, "error": "\(error)"])
+        }
+    }
+
+    /// The journal's transfers; an unreadable journal is logged and set aside (renamed
+    /// `.bad`), never a reason not to start.
+    private static func load(_ journal: String?, _ logger: Logger) -> [(ResourceTransfer, String)] {
+        guard let journal else { return [] }
+        let bytes: [UInt8]
+        do {
+            guard let b = try AtomicFile.readIfPresent(journal, maximumSize: 16 << 20) else { return [] }
+            bytes = b
+        } catch {
+            logger.error("cannot read the outgoing transfers", ["path": journal, "error": "\(error)"])
+            return []
+        }
+        var out: [(ResourceTransfer, String)] = []
+        guard let top = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any], let list = top["transfers"] as? [[String: Any]] else {
+            logger.error("the outgoing transfers file is not valid; set aside", ["path": journal])
+            _ = try? FileSystem.moveWithoutReplacing(journal, to: journal + ".bad")
+            return []
+        }
+        for (i, e) in list.enumerated() {
+            guard let id = (e["id"] as? NSNumber)?.uint64Value, id > 0, let peerHex = e["peer"] as? String, let peer = PeerID(hex: peerHex),
+                  let path = e["path"] as? String, let name = e["name"] as? String, let media = e["media_type"] as? String,
+                  let size = (e["size"] as? NSNumber)?.uint64Value, let shaHex = e["sha256"] as? String,
+                  let sha = Fingerprint.parse(shaHex), sha.count == Fingerprint.length else {
+                logger.error("an outgoing transfer in the file is not valid; skipped", ["path": journal, "index": "\(i)"])
+                continue
+            }
+            out.append((ResourceTransfer(id: id, peer: peer, outgoing: true, name: name, size: size, sha256: sha, mediaType: media), path))
+        }
+        return out
+    }
+
+    private func forgetConnection(_ id: UInt64, _ s: inout State) {
+        if !s.byKey.keys.contains(where: { $0.connection == id }) { s.connections[id] = nil }
+    }
+
+    private static func rate(_ r: Record) -> Double {
+        guard let at = r.startedAt else { return 0 }
+        let elapsed = at.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return seconds > 0 ? Double(r.transfer.bytes - r.transfer.offset) / seconds : 0
+    }
+
+    /// The PNG or JPEG header of a received file, read from its first bytes.
+    private static func imageHeader(_ path: String) -> ImageHeader? {
+        guard let f = try? RegularFile.openForReading(path), let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes) else { return nil }
+        return ImageHeader.parse(head)
+    }
+}

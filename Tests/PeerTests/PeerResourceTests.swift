@@ -1,0 +1,211 @@
+import Foundation
+import Peer
+import Session
+import SystemKit
+import TLS
+import Testing
+
+/// Resources between real nodes on loopback, and from a hand-made peer that lies: files
+/// arrive whole and verified under safe names, both sides hear every end with its reason, a
+/// cut transfer resumes from what the receiver verified, and a lie ends that resource only.
+@Suite(.memoryHeavy) struct PeerResourceTests {
+    typealias Node = PeerNodeTests.Node
+    typealias Directory = InboxTests.Directory
+
+    static func resource(_ e: PeerEvent) -> ResourceEvent? { if case .resource(let r) = e { r } else { nil } }
+
+    static func received(_ n: Node, _ name: String? = nil) async -> (ResourceTransfer, ReceivedFile)? {
+        let e = await n.wait("received") { e in
+            guard case .resource(.received(let t, _, _)) = e else { return false }
+            return name == nil || t.name == name
+        }
+        guard case .resource(.received(let t, let f, _))? = e else { return nil }
+        return (t, f)
+    }
+
+    static func ended(_ n: Node, outgoing: Bool) async -> (ResourceTransfer, Reason, Bool)? {
+        let e = await n.wait("ended") { e in
+            if case .resource(.ended(let t, _, _, _)) = e { t.outgoing == outgoing } else { false }
+        }
+        guard case .resource(.ended(let t, let reason, _, let byPeer))? = e else { return nil }
+        return (t, reason, byPeer)
+    }
+
+    static func write(_ bytes: [UInt8], in dir: Directory, _ name: String) throws -> String {
+        let path = dir.path + "/" + name
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// Two nodes in session, `a` with an inbox under `dir`.
+    static func pair(_ dir: Directory, policy: ResourcePolicy = .all, limits: Inbox.Limits = .init()) async throws -> (a: Node, b: Node) {
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", limits: limits), acceptResources: policy)
+        let b = try Node("sender")
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        return (a, b)
+    }
+
+    /// Empty, one byte, a chunk, a chunk and a byte, and several windows' worth: each
+    /// arrives with the sender's bytes, reported on both sides.
+    @Test(arguments: [0, 1, 65_536, 65_537, 3 * 1_048_576 + 5])
+    func aFileArrivesWholeAndVerified(_ size: Int) async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir)
+        defer { a.node.stop(); b.node.stop() }
+        let bytes = InboxTests.content(size, seed: size)
+        let path = try Self.write(bytes, in: dir, "f\(size).bin")
+        let sent = try await b.node.sendResource(path: path, to: [a.node.peerID])
+        #expect(sent.count == 1 && sent.first?.size == UInt64(size))
+        let got = await Self.received(a)
+        #expect(got?.0.peer == b.node.peerID && got?.1.name == "f\(size).bin")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: got?.1.path ?? "/nonexistent")) == Data(bytes))
+        #expect(await b.wait("sent") { if case .resource(.sent(let t)) = $0 { t.id == sent.first?.id } else { false } } != nil)
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "f\(size).bin"])
+        #expect(a.node.resourceTransfers.isEmpty && b.node.resourceTransfers.isEmpty)
+    }
+
+    /// One file to two peers at once: read once, both copies whole.
+    @Test func oneFileToTwoPeers() async throws {
+        let dir = try Directory()
+        let a1 = try Node("one", inbox: try Inbox(directory: dir.path + "/in1"))
+        let a2 = try Node("two", inbox: try Inbox(directory: dir.path + "/in2"))
+        let b = try Node("sender")
+        defer { a1.node.stop(); a2.node.stop(); b.node.stop() }
+        _ = try await b.node.connect(to: a1.address)
+        _ = try await b.node.connect(to: a2.address)
+        let bytes = InboxTests.content(700_001)
+        let path = try Self.write(bytes, in: dir, "both.bin")
+        let sent = try await b.node.sendResource(path: path, to: [])
+        #expect(Set(sent.map(\.peer)) == [a1.node.peerID, a2.node.peerID])
+        for n in [a1, a2] {
+            let got = await Self.received(n)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: got?.1.path ?? "/nonexistent")) == Data(bytes))
+        }
+    }
+
+    /// A peer's name is never a path: `../../x` lands in the inbox as `x`, and a second file
+    /// of the same name is numbered.
+    @Test func namesFromThePeerStayInTheInbox() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir)
+        defer { a.node.stop(); b.node.stop() }
+        let path = try Self.write([1, 2, 3], in: dir, "src.bin")
+        _ = try await b.node.sendResource(path: path, name: "../../passwd", to: [a.node.peerID])
+        #expect(await Self.received(a)?.1.name == "passwd")
+        _ = try await b.node.sendResource(path: path, name: "/etc/passwd", to: [a.node.peerID])
+        let second = await a.wait("second") { e in
+            if case .resource(.received(_, let f, _)) = e { f.name != "passwd" } else { false }
+        }
+        guard case .resource(.received(_, let f, _))? = second else { Issue.record("no second file"); return }
+        #expect(f.name == "passwd (2)")
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "passwd", "passwd (2)"])
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/passwd"))
+    }
+
+    /// Policy `none` declines; `ask` reports the offer, and a client's answer takes it.
+    @Test func declinedAndAsked() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir, policy: .none)
+        defer { a.node.stop(); b.node.stop() }
+        let path = try Self.write([9, 9], in: dir, "no.bin")
+        _ = try await b.node.sendResource(path: path, to: [])
+        let sender = await Self.ended(b, outgoing: true)
+        #expect(sender?.1 == .declined && sender?.2 == true)
+        let receiver = await Self.ended(a, outgoing: false)
+        #expect(receiver?.1 == .declined && receiver?.2 == false)
+
+        let dir2 = try Directory()
+        let (c, d) = try await Self.pair(dir2, policy: .ask)
+        defer { c.node.stop(); d.node.stop() }
+        _ = try await d.node.sendResource(path: path, to: [])
+        guard case .resource(.offered(let t))? = await c.wait("offered", { if case .resource(.offered) = $0 { true } else { false } }) else {
+            Issue.record("no offer reported")
+            return
+        }
+        #expect(t.name == "no.bin" && t.size == 2 && !t.outgoing)
+        try c.node.answer(resource: t.id, accept: true)
+        #expect(await Self.received(c)?.1.size == 2)
+        #expect(throws: PeerError.self) { try c.node.answer(resource: t.id, accept: true) }
+    }
+
+    /// Cancelled by the sender while the receiver is asked: both sides hear `cancelled`, the
+    /// receiver from the peer.
+    @Test func cancelledBySenderWhileAsked() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir, policy: .ask)
+        defer { a.node.stop(); b.node.stop() }
+        let path = try Self.write([1], in: dir, "c.bin")
+        let sent = try await b.node.sendResource(path: path, to: [])
+        #expect(await a.wait("offered") { if case .resource(.offered) = $0 { true } else { false } } != nil)
+        try b.node.cancel(resource: sent[0].id)
+        let s = await Self.ended(b, outgoing: true), r = await Self.ended(a, outgoing: false)
+        #expect(s?.1 == .cancelled && s?.2 == false)
+        #expect(r?.1 == .cancelled && r?.2 == true)
+    }
+
+    /// Over the quota: declined `too-large`, seen by both.
+    @Test func overTheQuotaIsDeclined() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir, limits: .init(maxResourceBytes: 10))
+        defer { a.node.stop(); b.node.stop() }
+        let path = try Self.write([UInt8](repeating: 7, count: 11), in: dir, "big.bin")
+        _ = try await b.node.sendResource(path: path, to: [])
+        #expect(await Self.ended(b, outgoing: true)?.1 == .tooLarge)
+        #expect(await Self.ended(a, outgoing: false)?.1 == .tooLarge)
+    }
+
+    /// The sender's daemon restarts mid-transfer (here: while the receiver's client is
+    /// asked): the transfer is in its journal, and once the peer's session is back it is
+    /// offered again under the same number. A file changed meanwhile ends it
+    /// `source-changed` and goes again as a new transfer.
+    @Test(arguments: [false, true])
+    func aSenderRestartOffersAgainFromItsJournal(changed: Bool) async throws {
+        let dir = try Directory()
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox"), acceptResources: .ask)
+        defer { a.node.stop() }
+        let identity = try TLSIdentity.ephemeral()
+        let journal = dir.path + "/outgoing.json"
+        let path = try Self.write(InboxTests.content(70_000), in: dir, "j.bin")
+        let first = try Node("sender", identity: identity, journal: journal)
+        _ = try await first.node.connect(to: a.address)
+        let sent = try await first.node.sendResource(path: path, to: [])
+        guard case .resource(.offered(let firstOffer))? = await a.wait("offered", { if case .resource(.offered) = $0 { true } else { false } }) else {
+            Issue.record("not offered")
+            return
+        }
+        first.node.stop()
+        #expect(await first.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.id == sent[0].id } else { false } } != nil)
+        if changed { _ = try Self.write(InboxTests.content(70_001), in: dir, "j.bin") }
+
+        let again = try Node("sender", identity: identity, journal: journal)
+        defer { again.node.stop() }
+        #expect(again.node.resourceTransfers.map(\.id) == [sent[0].id], "read back from the journal")
+        _ = try await again.node.connect(to: a.address)
+        let second = await a.wait("offered again") { e in
+            if case .resource(.offered(let t)) = e { t.id != firstOffer.id && t.size == (changed ? 70_001 : 70_000) } else { false }
+        }
+        guard case .resource(.offered(let t))? = second else { Issue.record("not offered again"); return }
+        try a.node.answer(resource: t.id, accept: true)
+        #expect(await Self.received(a)?.1.size == (changed ? 70_001 : 70_000))
+        let done = await again.wait("sent") { if case .resource(.sent) = $0 { true } else { false } }
+        guard case .resource(.sent(let s))? = done else { Issue.record("not sent"); return }
+        #expect((s.id == sent[0].id) == !changed, "the same number unless the file changed")
+        if changed {
+            let ended = await again.wait("source-changed") { if case .resource(.ended(_, .sourceChanged, _, _)) = $0 { true } else { false } }
+            #expect(ended != nil)
+        }
+        #expect(again.node.resourceTransfers.isEmpty)
+        #expect(try String(contentsOfFile: journal, encoding: .utf8).contains("\"transfers\" : [\n\n  ]") || !(try String(contentsOfFile: journal, encoding: .utf8).contains("j.bin")))
+    }
+
+    /// `send-image` refuses a file that is not a PNG or JPEG, before offering anything.
+    @Test func anImageMustBeOne() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir)
+        defer { a.node.stop(); b.node.stop() }
+        let path = try Self.write(Array("not a picture".utf8), in: dir, "fake.png")
+        await #expect(throws: PeerError.self) { try await b.node.sendResource(path: path, to: [], imagesOnly: true) }
+        #expect(b.node.resourceTransfers.isEmpty)
+    }
+}

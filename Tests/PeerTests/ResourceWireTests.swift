@@ -1,0 +1,113 @@
+import Foundation
+import Peer
+import Session
+import SystemKit
+import TLS
+import Testing
+
+/// A hand-made peer sends resources to a node, frame by frame: lies end that resource only
+/// (RESOURCE_CANCEL with the reason, no part left, the session alive), and a transfer cut
+/// by a dropped link resumes on the next session from what the node verified.
+@Suite(.memoryHeavy) struct ResourceWireTests {
+    typealias Directory = InboxTests.Directory
+
+    static func frame(_ raw: RawPeer, _ match: @escaping @Sendable (Frame) -> Bool) async throws -> Frame? {
+        try await RawPeer.offPool { try raw.read(until: match) }
+    }
+
+    static func cancelOrDone(_ f: Frame) -> Bool {
+        switch f {
+        case .resourceCancel, .resourceDone, .resourceAccept, .resourceDecline: true
+        default: false
+        }
+    }
+
+    static func send(_ raw: RawPeer, _ frames: [Frame]) async throws {
+        try await RawPeer.offPool { for f in frames { try raw.send(f) } }
+    }
+
+    /// The session still carries messages.
+    static func stillUp(_ a: PeerNodeTests.Node, _ raw: RawPeer, _ n: UInt32) async throws -> Bool {
+        let text = Array("still here \(n)".utf8)
+        try await send(raw, [.message(MessageFragment(messageID: n, data: text, isFinal: true))])
+        return await a.wait("message \(n)") { if case .message(_, let b, _) = $0 { b == text } else { false } } != nil
+    }
+
+    @Test func liesEndTheResourceOnly() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let (a, raw, _) = try await PeerFlowTests.rawSession("liar", inbox: inbox)
+        defer { raw.close(); a.node.stop() }
+        let four: [UInt8] = [1, 2, 3, 4]
+
+        // More bytes than offered.
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 1, name: "a", size: 4, sha256: try SHA256Digest.hash(four), mediaType: "x/y"))])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceAccept(resourceID: 1, offset: 0))
+        try await Self.send(raw, [.resourceData(resourceID: 1, data: four + [5])])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceCancel(resourceID: 1, reason: .protocolError))
+        #expect(try await Self.stillUp(a, raw, 1))
+
+        // A wrong hash.
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 3, name: "b", size: 4, sha256: [UInt8](repeating: 0, count: 32), mediaType: "x/y"))])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceAccept(resourceID: 3, offset: 0))
+        try await Self.send(raw, [.resourceData(resourceID: 3, data: four), .resourceDone(resourceID: 3)])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceCancel(resourceID: 3, reason: .hashMismatch))
+        #expect(try await Self.stillUp(a, raw, 2))
+
+        // An id reused.
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 3, name: "c", size: 4, sha256: try SHA256Digest.hash(four), mediaType: "x/y"))])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceCancel(resourceID: 3, reason: .protocolError))
+        #expect(try await Self.stillUp(a, raw, 3))
+
+        // Nothing under a final name, no part left.
+        #expect(InboxTests.tree(inbox.directory) == [".part"])
+        let ends = a.count { if case .resource(.ended(_, let r, _, _)) = $0 { r == .protocolError || r == .hashMismatch } else { false } }
+        #expect(ends == 2)  // the reused id was never a transfer of the node's
+    }
+
+    @Test func dataBeforeAnAcceptIsALie() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let (a, raw, _) = try await PeerFlowTests.rawSession("early", inbox: inbox, policy: .ask)
+        defer { raw.close(); a.node.stop() }
+        let four: [UInt8] = [1, 2, 3, 4]
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 1, name: "a", size: 4, sha256: try SHA256Digest.hash(four), mediaType: "x/y")),
+                                  .resourceData(resourceID: 1, data: four)])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceCancel(resourceID: 1, reason: .protocolError))
+        #expect(await a.wait("ended") { if case .resource(.ended(_, .protocolError, _, _)) = $0 { true } else { false } } != nil)
+        #expect(try await Self.stillUp(a, raw, 1))
+        #expect(InboxTests.tree(inbox.directory) == [".part"])
+    }
+
+    /// The link drops after 200,000 of 300,000 bytes; the same peer offers the same content
+    /// on its next session and the node asks for the rest only.
+    @Test func aCutTransferResumesWhereTheNodeStopped() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let (a, raw, me) = try await PeerFlowTests.rawSession("resume", inbox: inbox)
+        defer { a.node.stop() }
+        let content = InboxTests.content(300_000)
+        let offer = ResourceOffer(resourceID: 1, name: "photo.jpg", size: 300_000, sha256: try SHA256Digest.hash(content), mediaType: "image/jpeg")
+        try await Self.send(raw, [.resourceOffer(offer)])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceAccept(resourceID: 1, offset: 0))
+        try await Self.send(raw, stride(from: 0, to: 200_000, by: 50_000).map { .resourceData(resourceID: 1, data: Array(content[$0..<$0 + 50_000])) })
+        raw.close()
+        #expect(await a.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.bytes == 200_000 } else { false } } != nil)
+
+        let again = try await RawPeer.connect(port: a.node.port)
+        defer { again.close() }
+        _ = try await RawPeer.offPool { try again.handshakeAsDialer(as: me) }
+        try await Self.send(again, [.resourceOffer(offer)])
+        #expect(try await Self.frame(again, Self.cancelOrDone) == .resourceAccept(resourceID: 1, offset: 200_000))
+        try await Self.send(again, [.resourceData(resourceID: 1, data: Array(content[200_000..<250_000])),
+                                    .resourceData(resourceID: 1, data: Array(content[250_000...])), .resourceDone(resourceID: 1)])
+        #expect(try await Self.frame(again, Self.cancelOrDone) == .resourceDone(resourceID: 1))
+        guard case .resource(.received(let t, let f, _))? = await a.wait("received", { if case .resource(.received) = $0 { true } else { false } }) else {
+            Issue.record("not received")
+            return
+        }
+        #expect(t.offset == 200_000)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == Data(content))
+        #expect(InboxTests.tree(inbox.directory) == [".part", "photo.jpg"])
+    }
+}
