@@ -55,7 +55,7 @@ demo: deps-lab build
 bench: deps-lab
 	$(SWIFT) build -c release
 	@results=.build/lab/bench-$$(date +%Y%m%d-%H%M%S); \
-	LAB_TIMEOUT=$${LAB_TIMEOUT:-3600} PEERLINK_BIN=$$($(SWIFT) build -c release --show-bin-path) LAB_RESULTS_DIR=$$results \
+	LAB_TIMEOUT=$${LAB_TIMEOUT:-3600} LAB_MEMORY=$${LAB_MEMORY:-4G} PEERLINK_BIN=$$($(SWIFT) build -c release --show-bin-path) LAB_RESULTS_DIR=$$results \
 	  Tests/Lab/run.sh Tests/Lab/bench/[0-9]*.sh; rc=$$?; \
 	/usr/bin/python3 Tests/Lab/bench/summary.py $$results || rc=1; exit $$rc
 

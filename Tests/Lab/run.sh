@@ -126,7 +126,7 @@ envfile="$results/lab.env"
     printf 'PEERLINK_BIN=%q\n' "$PEERLINK_BIN"
     printf 'LAB_MODE=%q\n' "$mode"
     printf 'LAB_SCENARIOS=%q\n' "${scenarios[*]}"
-    for v in LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT; do
+    for v in LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
 } >"$envfile"
