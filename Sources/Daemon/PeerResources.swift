@@ -93,11 +93,12 @@ extension PeerCapability {
         o["transfer"] = .int(Int64(t.id))
         o["direction"] = .string(t.outgoing ? "out" : "in")
         o["name"] = .string(t.name)
-        o["size"] = .int(Int64(t.size))
+        // Sizes come from peers: any u64 (an offer past Int64 is declined, and reported).
+        o["size"] = .int(Int64(clamping: t.size))
         o["sha256"] = .string(t.sha256.map { String(format: "%02x", $0) }.joined())
         o["media_type"] = .string(t.mediaType)
-        o["bytes"] = .int(Int64(t.bytes))
-        o["offset"] = .int(Int64(t.offset))
+        o["bytes"] = .int(Int64(clamping: t.bytes))
+        o["offset"] = .int(Int64(clamping: t.offset))
         o["started"] = .bool(t.started)
         return .object(o)
     }
@@ -113,7 +114,7 @@ extension PeerCapability {
         case .offered(let t): return (ControlEvent.peerResourceOffered, json(t))
         case .started(let t): return (ControlEvent.peerResourceStarted, json(t))
         case .progress(let t, let rate):
-            let left = rate > 0 ? Double(t.size - t.bytes) / rate : nil
+            let left = rate > 0 ? Double(t.size - min(t.bytes, t.size)) / rate : nil
             return (ControlEvent.peerResourceProgress, with(t, ["bytes_per_second": .double(rate.rounded()),
                                                                  "seconds_left": left.map { .double(($0 * 10).rounded() / 10) } ?? .null]))
         case .sent(let t): return (ControlEvent.peerResourceSent, json(t))

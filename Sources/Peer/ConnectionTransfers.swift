@@ -76,6 +76,9 @@ struct ConnectionTransfers {
     /// Whether any resource is being sent or received.
     var isEmpty: Bool { sending.isEmpty && receiving.isEmpty }
 
+    /// Whether resource `id` is in progress (offered, moving or being verified).
+    func isLive(_ id: UInt32) -> Bool { table.transfers[id] != nil }
+
     // MARK: Commands
 
     /// Offers `file` under `name`: its id and the RESOURCE_OFFER.
@@ -112,6 +115,7 @@ struct ConnectionTransfers {
         var out = Outcome()
         guard receiving.removeValue(forKey: id) != nil, let frame = try? table.decline(id, reason: reason) else { return out }
         out.frames.append(frame)
+        out.dropped.append(id)
         out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: false, bytes: 0))
         return out
     }
@@ -166,7 +170,9 @@ struct ConnectionTransfers {
             var position = t.position
             while scheduler.queuedFrames(on: id) < Self.queuedChunks {
                 if position == t.offer.size {
-                    guard let done = try? table.finishSending(id) else { break }
+                    // DONE goes only when the scheduler takes it (a full queue answers busy
+                    // and would drop it): otherwise the next refill tries again.
+                    guard scheduler.canAccept(byteCount: Wire.headerSize + 64), let done = try? table.finishSending(id) else { break }
                     _ = scheduler.enqueue(done)
                     sending[id]?.doneQueued = true
                     break

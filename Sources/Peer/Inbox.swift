@@ -70,7 +70,8 @@ public final class Inbox: @unchecked Sendable {
             throw .io("reading the free space of \(directory)", error)
         }
         guard available >= needed, available - needed >= limits.reserveBytes else {
-            part.discard()
+            // What an earlier transfer left stays for a later resume (when there is room).
+            if part.offset > 0 { part.close() } else { part.discard() }
             throw .noSpace(needed: needed, available: available)
         }
         return part

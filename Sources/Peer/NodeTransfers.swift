@@ -34,6 +34,8 @@ final class NodeTransfers: Sendable {
         var path: String?
         /// Being opened again after a restart.
         var reopening = false
+        /// An offer of it is being made (the check and the binding of its id are apart).
+        var offering = false
         var startedAt: ContinuousClock.Instant?
         /// A client is asked (policy `ask`).
         var asked = false
@@ -47,6 +49,8 @@ final class NodeTransfers: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Held from the snapshot to the write of the journal, so writes land in order.
+    private let saving = Mutex(())
     private let inbox: Inbox?
     private let policy: ResourcePolicy
     private let isTrusted: @Sendable (PeerID) -> Bool
@@ -110,9 +114,8 @@ final class NodeTransfers: Sendable {
     private func offer(_ id: UInt64, on c: PeerConnection) {
         // The record is bound before the offer goes, so the peer's answer finds it.
         let (file, reopen) = state.withLock { s -> (OutgoingFile?, Bool) in
-            guard let r = s.records[id], r.key == nil, !r.reopening else { return (nil, false) }
-            s.connections[c.id] = c
-            if r.file == nil { s.records[id]?.reopening = true }
+            guard let r = s.records[id], r.key == nil, !r.reopening, !r.offering else { return (nil, false) }
+            if r.file == nil { s.records[id]?.reopening = true } else { s.records[id]?.offering = true }
             return (r.file, r.file == nil)
         }
         if reopen {
@@ -125,8 +128,10 @@ final class NodeTransfers: Sendable {
                 let key = Key(connection: c.id, resource: rid)
                 s.records[id]?.key = key
                 s.byKey[key] = id
+                s.connections[c.id] = c
             }
         }
+        state.withLock { $0.records[id]?.offering = false }
         if resource == nil { logger.info("a resource waits for its peer's session", ["resource": "\(id)"]) }
     }
 
@@ -156,13 +161,14 @@ final class NodeTransfers: Sendable {
             save()
             emit(.ended(t, reason: .sourceChanged,
                         detail: "\(path) changed since it was offered: it is sent again from the start as transfer \(again)", byPeer: false))
-            return offer(again, on: c)
+            return offer(again, on: session(t.peer) ?? c)
         }
         state.withLock { s in
             s.records[id]?.file = file
             s.records[id]?.reopening = false
         }
-        offer(id, on: c)
+        // The session it was opened for may have dropped while hashing: the peer's current one.
+        offer(id, on: session(t.peer) ?? c)
     }
 
     /// Answers an offer a client was asked about.
@@ -320,6 +326,8 @@ final class NodeTransfers: Sendable {
             defer { forgetConnection(c.id, &s) }
             r.transfer.bytes = bytes
             r.transfer.started = false
+            r.transfer.offset = 0
+            r.startedAt = nil
             guard outgoing else {
                 s.records[id] = nil
                 return (r.transfer, nil)
@@ -340,6 +348,10 @@ final class NodeTransfers: Sendable {
     /// transfers go on, only a restart would forget them.
     private func save() {
         guard let journal else { return }
+        saving.withLock { _ in write(journal) }
+    }
+
+    private func write(_ journal: String) {
         let list = state.withLock { s in
             s.records.keys.sorted().compactMap { id -> [String: Any]? in
                 guard let r = s.records[id], r.transfer.outgoing, let path = r.path else { return nil }
@@ -395,7 +407,8 @@ final class NodeTransfers: Sendable {
         guard let at = r.startedAt else { return 0 }
         let elapsed = at.duration(to: .now)
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return seconds > 0 ? Double(r.transfer.bytes - r.transfer.offset) / seconds : 0
+        // Saturating: a progress report may overtake its `started` on another thread.
+        return seconds > 0 && r.transfer.bytes >= r.transfer.offset ? Double(r.transfer.bytes - r.transfer.offset) / seconds : 0
     }
 
     /// The PNG or JPEG header of a received file, read from its first bytes.

@@ -419,6 +419,8 @@ public final class PeerConnection: Sendable {
         default:
             let outcome = s.transfers.received(f, from: s.machine.peerID, now: .now)
             apply(outcome, &s, &events)
+            // Ended, or never existed: its flow-control entries go.
+            if !s.transfers.isLive(f.streamID) { _ = s.machine.handle(.streamEnded(streamID: f.streamID), now: .now) }
         }
     }
 
@@ -428,6 +430,7 @@ public final class PeerConnection: Sendable {
         for f in o.frames { enqueue(f, &s) }
         for id in o.dropped { _ = s.scheduler.removeStream(id) }
         events += o.events.map { .transfer($0) }
+        for id in o.dropped where !s.transfers.isLive(id) { _ = s.machine.handle(.streamEnded(streamID: id), now: .now) }
         for (id, n) in o.consumed { perform(s.machine.handle(.consumed(streamID: id, bytes: n), now: .now), &s, &events) }
     }
 
@@ -496,8 +499,13 @@ public final class PeerConnection: Sendable {
     private func refilled(_ s: inout State) -> Frame? {
         guard !s.transfers.isEmpty else { return nil }
         let o = s.transfers.refill(&s.scheduler, now: .now)
-        for f in o.frames { enqueue(f, &s) }
-        for id in o.dropped { _ = s.scheduler.removeStream(id) }
+        // Into the lanes only: `enqueue` writes at once in plain text, which inside `pump`
+        // would put these frames before the batch being built.
+        for f in o.frames where s.scheduler.enqueue(f) == .busy { s.controlOverflow = true }
+        for id in o.dropped {
+            _ = s.scheduler.removeStream(id)
+            _ = s.machine.handle(.streamEnded(streamID: id), now: .now)
+        }
         s.transferEvents += o.events
         return s.machine.nextFrame(from: &s.scheduler)
     }

@@ -83,6 +83,12 @@ public struct ConnectionMachine: Sendable {
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
         case .consumed(let id, let bytes):
             if state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
+        case .streamEnded(let id):
+            // Stream 0 is the messages'; it never ends.
+            if id != 0 {
+                sendCredit.remove(id)
+                receiveCredit.remove(id)
+            }
         case .holdMessageCredit(let hold):
             if hold {
                 if heldMessageBytes == nil { heldMessageBytes = 0 }

@@ -93,6 +93,10 @@ public enum ConnectionInput: Sendable, Hashable {
     /// The application consumed this many bytes of a resource or stream (its id): returns
     /// the peer's window to it (a CREDIT frame when half a window is due).
     case consumed(streamID: UInt32, bytes: Int)
+    /// A resource or stream ended (or a frame named one that never existed): its
+    /// flow-control entries go, so ids a peer makes up cost no memory. Bytes it consumed
+    /// still count for the connection.
+    case streamEnded(streamID: UInt32)
     /// The application cannot take more messages now (true) or can again (false). While
     /// held, arriving MESSAGE bytes are counted but not returned to the peer, so its window
     /// for messages runs out and it stops sending (back-pressure without pausing the

@@ -2,7 +2,8 @@ import BLE
 import BlueZ
 import Control
 @testable import Daemon
-import Peer
+@testable import Peer
+import Session
 import Testing
 
 /// The parameter checks of the BLE capabilities, without a daemon: what each accepts, and the
@@ -151,6 +152,19 @@ import Testing
             #expect(throws: ConfigError.self, "\(bad)") { try PeerCapability.inboxSettings(["peer.max_resource_bytes": bad], stateDirectory: "/x") }
         }
         #expect(throws: ConfigError.self) { try PeerCapability.inboxSettings(["peer.inbox_dir": "relative"], stateDirectory: "/x") }
+    }
+
+    /// A resource's numbers come from peers (any u64): the events carry them clamped, never
+    /// trapping.
+    @Test func resourceEventsTakeAnySize() throws {
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 9, count: 32)))
+        var t = ResourceTransfer(id: 1, peer: peer, outgoing: false, name: "huge", size: .max, sha256: [UInt8](repeating: 1, count: 32), mediaType: "x/y")
+        t.bytes = .max
+        let (topic, data) = PeerCapability.event(.ended(t, reason: .tooLarge, detail: "over", byPeer: false))
+        #expect(topic == "peer.resource-ended" && data["size"] == .int(.max) && data["bytes"] == .int(.max))
+        t.bytes = 10
+        t.offset = 20
+        #expect(PeerCapability.event(.progress(t, bytesPerSecond: 5)).data["seconds_left"] != nil)
     }
 
     @Test func agentSettingsAndPolicies() throws {

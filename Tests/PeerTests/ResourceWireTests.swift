@@ -65,6 +65,21 @@ import Testing
         #expect(ends == 2)  // the reused id was never a transfer of the node's
     }
 
+    /// An offer of 2^64 - 1 bytes (any u64 is on the wire) is declined `too-large` before a
+    /// client is asked, and reported; the session goes on.
+    @Test func anImpossibleSizeIsDeclined() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let (a, raw, _) = try await PeerFlowTests.rawSession("huge", inbox: inbox, policy: .ask)
+        defer { raw.close(); a.node.stop() }
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 1, name: "huge", size: .max, sha256: [UInt8](repeating: 1, count: 32), mediaType: "x/y"))])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceDecline(resourceID: 1, reason: .tooLarge))
+        let ended = await a.wait("ended") { if case .resource(.ended(let t, .tooLarge, _, _)) = $0 { t.size == .max } else { false } }
+        #expect(ended != nil)
+        #expect(a.count { if case .resource(.offered) = $0 { true } else { false } } == 0, "no client asked")
+        #expect(try await Self.stillUp(a, raw, 1))
+    }
+
     @Test func dataBeforeAnAcceptIsALie() async throws {
         let dir = try Directory()
         let inbox = try Inbox(directory: dir.path + "/inbox")
