@@ -140,8 +140,9 @@ import Testing
         } catch let error as InboxError {
             #expect(error.reason == .tooLarge && error.description.contains("at most 100"))
         }
-        let free = try FileSystem.availableBytes(at: dir.path)
-        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: free))
+        // A reserve no file system has: "full" whatever other tests free meanwhile (a reserve
+        // of the free space read a moment before failed when a parallel test freed some).
+        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: UInt64.max / 2))
         do {
             _ = try full.receive(try Self.offer("any", Self.content(10)), from: Self.peer)
             Issue.record("no room must be refused")
@@ -157,8 +158,9 @@ import Testing
         let small = try Inbox(directory: dir.path, limits: .init(maxResourceBytes: 100))
         #expect(throws: Never.self) { try small.check(try Self.offer("ok", Self.content(100)), from: Self.peer) }
         #expect { try small.check(try Self.offer("big", Self.content(101)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .tooLarge }
-        let free = try FileSystem.availableBytes(at: dir.path)
-        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: free))
+        // A reserve no file system has: "full" whatever other tests free meanwhile (a reserve
+        // of the free space read a moment before failed when a parallel test freed some).
+        let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: UInt64.max / 2))
         #expect { try full.check(try Self.offer("any", Self.content(10)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
         #expect(try FileSystem.names(in: full.partDirectory).isEmpty)
     }
