@@ -75,12 +75,8 @@ extension PeerCapability {
     private static func inboxEntry(_ inbox: Inbox, _ name: String) -> JSONValue {
         let path = (inbox.directory as NSString).appendingPathComponent(name)
         var o: [String: JSONValue] = ["name": .string(name), "path": .string(path)]
-        if let f = try? RegularFile.openForReading(path) {
-            if let st = try? f.status() { o["size"] = .int(Int64(st.size)) }
-            if let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes), let image = ImageHeader.parse(head) {
-                o.merge(json(image)) { $1 }
-            }
-        }
+        if let st = try? RegularFile.openForReading(path).status() { o["size"] = .int(Int64(clamping: st.size)) }
+        if let image = Inbox.imageHeader(of: path) { o.merge(json(image)) { $1 } }
         return .object(o)
     }
 

@@ -123,17 +123,23 @@ struct ConnectionTransfers {
     /// Ends resource `id` from this side, either way (the user cancelled, a file failed).
     mutating func cancel(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
         var out = Outcome()
-        let bytes = position(id)
         guard let frame = table.cancel(id, reason: reason) else { return out }
         out.frames.append(frame)
         out.dropped.append(id)
-        if sending.removeValue(forKey: id) != nil {
-            out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: false, bytes: bytes))
-        } else if let r = receiving.removeValue(forKey: id) {
-            r.file?.discard()
-            out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: false, bytes: bytes))
-        }
+        if let e = forget(id, reason, detail, byPeer: false) { out.events.append(e) }
         return out
+    }
+
+    /// Forgets resource `id`, either way (a received part is removed), and says how it ended
+    /// and how far it got; nil when this side had no such resource.
+    private mutating func forget(_ id: UInt32, _ reason: Reason, _ detail: String, byPeer: Bool) -> TransferEvent? {
+        if let s = sending.removeValue(forKey: id) {
+            return .ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: byPeer, bytes: s.handedOut)
+        }
+        guard let r = receiving.removeValue(forKey: id) else { return nil }
+        let bytes = r.file?.received ?? 0
+        r.file?.discard()
+        return .ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: byPeer, bytes: bytes)
     }
 
     /// The connection ended: received parts are kept for a resume, and every resource in
@@ -151,11 +157,6 @@ struct ConnectionTransfers {
             }
         }
         return events
-    }
-
-    private func position(_ id: UInt32) -> UInt64 {
-        if let f = receiving[id]?.file { return f.received }
-        return table.transfers[id]?.position ?? 0
     }
 
     // MARK: Sending
@@ -246,24 +247,11 @@ struct ConnectionTransfers {
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
-            if let s = sending.removeValue(forKey: id) {
-                out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: "the peer cancelled it", byPeer: true,
-                                         bytes: s.handedOut))
-            } else if let r = receiving.removeValue(forKey: id) {
-                let bytes = r.file?.received ?? 0
-                r.file?.discard()
-                out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: "the peer cancelled it", byPeer: true, bytes: bytes))
-            }
+            if let e = forget(id, reason, "the peer cancelled it", byPeer: true) { out.events.append(e) }
         case .violation(let id, let why, let reply):
             out.frames.append(reply)
             out.dropped.append(id)
-            if let s = sending.removeValue(forKey: id) {
-                out.events.append(.ended(id: id, outgoing: true, reason: .protocolError, detail: why, byPeer: false, bytes: s.handedOut))
-            } else if let r = receiving.removeValue(forKey: id) {
-                let bytes = r.file?.received ?? 0
-                r.file?.discard()
-                out.events.append(.ended(id: id, outgoing: false, reason: .protocolError, detail: why, byPeer: false, bytes: bytes))
-            }
+            if let e = forget(id, .protocolError, why, byPeer: false) { out.events.append(e) }
         case .ignored:
             break
         }

@@ -59,20 +59,15 @@ public final class Inbox: @unchecked Sendable {
     /// Starts (or resumes) receiving `offer` from `peer`: checks the quota and the free
     /// space, and opens the part, whose `offset` is where the sender should start.
     public func receive(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) -> IncomingFile {
-        guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
+        try checkQuota(offer)
         guard offer.sha256.count == 32 else { throw .invalid("the offer's SHA-256 is \(offer.sha256.count) bytes") }
-        let key = Self.key(offer, peer)
-        let part = try IncomingFile(inbox: self, offer: offer, key: key)
-        let needed = offer.size - part.offset
-        let available: UInt64
-        do { available = try FileSystem.availableBytes(at: directory) } catch {
-            part.close()
-            throw .io("reading the free space of \(directory)", error)
-        }
-        guard available >= needed, available - needed >= limits.reserveBytes else {
+        let part = try IncomingFile(inbox: self, offer: offer, key: Self.key(offer, peer))
+        do {
+            try checkRoom(for: offer.size - part.offset)
+        } catch {
             // What an earlier transfer left stays for a later resume (when there is room).
             if part.offset > 0 { part.close() } else { part.discard() }
-            throw .noSpace(needed: needed, available: available)
+            throw error
         }
         return part
     }
@@ -81,15 +76,30 @@ public final class Inbox: @unchecked Sendable {
     /// what a part of it does not hold yet), before anyone is asked about it. `receive`
     /// checks again when the transfer starts.
     public func check(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) {
-        guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
+        try checkQuota(offer)
         let part = AtomicFile.join(partDirectory, Self.key(offer, peer) + ".data")
         let have = (try? RegularFile.openForReading(part).size()) ?? 0
-        let needed = offer.size - min(have, offer.size)
+        try checkRoom(for: offer.size - min(have, offer.size))
+    }
+
+    private func checkQuota(_ offer: ResourceOffer) throws(InboxError) {
+        guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
+    }
+
+    /// Whether `needed` more bytes fit the inbox's file system with the reserve kept free.
+    private func checkRoom(for needed: UInt64) throws(InboxError) {
         let available: UInt64
         do { available = try FileSystem.availableBytes(at: directory) } catch {
             throw .io("reading the free space of \(directory)", error)
         }
         guard available >= needed, available - needed >= limits.reserveBytes else { throw .noSpace(needed: needed, available: available) }
+    }
+
+    /// The PNG or JPEG header of the file at `path` (a received file), read from its first
+    /// bytes; nil for anything else or a file that cannot be read.
+    public static func imageHeader(of path: String) -> ImageHeader? {
+        guard let f = try? RegularFile.openForReading(path), let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes) else { return nil }
+        return ImageHeader.parse(head)
     }
 
     /// The kernel's id of this boot ("" when it cannot be read: every resume then trusts only

@@ -239,7 +239,7 @@ final class NodeTransfers: Sendable {
         case .received(let rid, let file):
             finish(c, rid) { r in
                 r.transfer.bytes = r.transfer.size
-                return .received(r.transfer, file, image: Self.imageHeader(file.path))
+                return .received(r.transfer, file, image: Inbox.imageHeader(of: file.path))
             }
         case .ended(let rid, _, let reason, let detail, let byPeer, let bytes):
             finish(c, rid) { r in
@@ -411,9 +411,4 @@ final class NodeTransfers: Sendable {
         return seconds > 0 && r.transfer.bytes >= r.transfer.offset ? Double(r.transfer.bytes - r.transfer.offset) / seconds : 0
     }
 
-    /// The PNG or JPEG header of a received file, read from its first bytes.
-    private static func imageHeader(_ path: String) -> ImageHeader? {
-        guard let f = try? RegularFile.openForReading(path), let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes) else { return nil }
-        return ImageHeader.parse(head)
-    }
 }

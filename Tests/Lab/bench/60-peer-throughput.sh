@@ -38,11 +38,7 @@ export PL_TIMEOUT=300
 
 W=/dev/shm/peer-bench
 rm -rf "$W"; mkdir -p "$W"
-for who in srv cli; do
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W/$who.key" -out "$W/$who.crt" \
-        -subj "/CN=$who" -days 2 >/dev/null 2>&1 || fail "openssl req"
-    cat "$W/$who.key" "$W/$who.crt" >"$W/$who.pem"
-done
+socat_certs "$W"
 
 peer_define a hci0 - peer.name=bench-a peer.listen=loopback peer.port=7401 peer.accept=all
 peer_define b hci1 - peer.name=bench-b peer.listen=loopback peer.port=7402

@@ -26,11 +26,7 @@ export PL_TIMEOUT=1200
 # (make bench boots it with LAB_MEMORY=4G).
 W=/dev/shm/transfer-bench R=/var/tmp/transfer-bench
 rm -rf "$W" "$R"; mkdir -p "$W" "$R/in-a" "$R/in-c" "$R/in-n1"
-for who in srv cli; do
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W/$who.key" -out "$W/$who.crt" \
-        -subj "/CN=$who" -days 2 >/dev/null 2>&1 || fail "openssl req"
-    cat "$W/$who.key" "$W/$who.crt" >"$W/$who.pem"
-done
+socat_certs "$W"
 note "$BYTES random bytes"
 head -c "$BYTES" /dev/urandom >"$W/data.bin" || fail "cannot make the file (memory: LAB_MEMORY)"
 SUM=$(sha256sum <"$W/data.bin" | cut -d' ' -f1)

@@ -81,3 +81,14 @@ bench_report() {
         fi
     done
 }
+
+# socat_certs DIR: a P-256 key and self-signed certificate each for a socat server and client
+# (DIR/srv.key .crt .pem, DIR/cli.key .crt .pem): the TLS baselines' identities.
+socat_certs() {
+    local who
+    for who in srv cli; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1/$who.key" -out "$1/$who.crt" \
+            -subj "/CN=$who" -days 2 >/dev/null 2>&1 || fail "openssl req"
+        cat "$1/$who.key" "$1/$who.crt" >"$1/$who.pem"
+    done
+}
