@@ -95,16 +95,16 @@ enum PeerStreamCommand {
             }
             // Messages out, in order.
             while let next = waiting.first {
-                let n = next.withUnsafeBytes { raw in Glibc.send(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-                if n >= 0 {
-                    waiting.removeFirst()
-                    continue
+                do {
+                    guard try SocketIO.sendNow(fd, next[...]) != nil else { break }
+                } catch let e as SystemError {
+                    if e.code == EMSGSIZE { return .failed("a line of \(next.count) bytes is longer than the stream carries (\(limit) bytes)") }
+                    if SocketIO.isDisconnect(e) { return .sessionEnded }
+                    return .failed("writing to the stream: \(e.reason)")
+                } catch {
+                    return .failed("writing to the stream: \(error)")
                 }
-                let e = errno
-                if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { break }
-                if e == EMSGSIZE { return .failed("a line of \(next.count) bytes is longer than the stream carries (\(limit) bytes)") }
-                if e == EPIPE || e == ECONNRESET { return .sessionEnded }
-                return .failed("writing to the stream: \(String(cString: strerror(e)))")
+                waiting.removeFirst()
             }
             // Lines in.
             if fds.count > 1, fds[1].revents != 0 {
@@ -139,17 +139,14 @@ enum PeerStreamCommand {
 
     /// Prints every packet waiting on `fd`; `.sessionEnded` at its end.
     private static func printArrived(_ fd: Int32, limit: Int, hex: Bool, _ context: CommandContext) -> Outcome? {
-        var buffer = [UInt8](repeating: 0, count: limit + 1)
         while true {
-            let n = buffer.withUnsafeMutableBytes { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
-            if n == 0 { return .sessionEnded }
-            if n < 0 {
-                let e = errno
-                if e == EAGAIN || e == EWOULDBLOCK || e == EINTR { return nil }
-                if e == ECONNRESET { return .sessionEnded }
-                return .failed("reading the stream: \(String(cString: strerror(e)))")
+            let packet: [UInt8]?
+            do { packet = try SocketIO.receiveNow(fd, maxBytes: limit + 1) } catch {
+                return .failed("reading the stream: \((error as? SystemError)?.reason ?? "\(error)")")
             }
-            let m = Array(buffer[..<n])
+            guard let m = packet else { return nil }
+            // An empty packet is the end here: the daemon never sends one (no empty messages).
+            if m.isEmpty { return .sessionEnded }
             if context.json {
                 context.print(JSONValue.object(["data_base64": .string(Data(m).base64EncodedString())]).description)
             } else {

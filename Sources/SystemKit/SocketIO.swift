@@ -4,7 +4,8 @@ import Glibc
 import Darwin
 #endif
 
-/// Blocking stream-socket I/O with timeouts, for clients such as the CLI's control client.
+/// Stream- and packet-socket I/O for clients such as the CLI: blocking with timeouts, or at
+/// once (`sendNow`, `receiveNow`) for a client that polls several descriptors.
 ///
 /// Writes use `send(MSG_NOSIGNAL)`, so a peer that has gone away is an `EPIPE` error
 /// rather than a `SIGPIPE` that kills the process.
@@ -52,6 +53,31 @@ public enum SocketIO {
         try bytes.withUnsafeBytes { raw in
             _ = try syscall("send") { send(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL)) }
         }
+    }
+
+    /// Sends what the socket takes of `bytes` now (`MSG_DONTWAIT`, no `SIGPIPE`): how many
+    /// bytes went, or nil when it is full. A packet socket takes a packet whole or not at all.
+    public static func sendNow(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws -> Int? {
+        try bytes.withUnsafeBytes { raw in
+            try syscallAllowingAgain("send") { send(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        }
+    }
+
+    /// Reads what waits now (`MSG_DONTWAIT`), up to `maxBytes` (one packet on a packet
+    /// socket): nil when nothing does, empty at the end (`ECONNRESET` included).
+    public static func receiveNow(_ fd: Int32, maxBytes: Int) throws -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: maxBytes)
+        let n: Int?
+        do {
+            n = try buffer.withUnsafeMutableBytes { raw in
+                try syscallAllowingAgain("recv") { recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
+            }
+        } catch let error as SystemError where error.code == ECONNRESET {
+            return []
+        }
+        guard let n else { return nil }
+        buffer.removeSubrange(n...)
+        return buffer
     }
 
     /// True when `error` means the peer closed the connection (`EPIPE`, `ECONNRESET`).
