@@ -45,6 +45,18 @@ public struct CLICommand: Sendable {
     }
 }
 
+extension CLICommand {
+    /// A command that names one thing (a peer ID, a transfer's or a stream's number) and makes
+    /// one call with it, under the argument's name: `peer trust ID`, `peer cancel N`.
+    static func naming(_ path: [String], _ method: String, abstract: String, _ argument: Positional,
+                       render: @escaping @Sendable (JSONValue) -> String) -> CLICommand {
+        let key = argument.name
+        return CLICommand(path, abstract: abstract, arguments: [argument], action: .call(request: { v throws(CLIError) in
+            RPCCall(method: method, params: [key: v.int(key).map { .int(Int64($0)) } ?? .string(v.string(key) ?? "")])
+        }, render: render))
+    }
+}
+
 /// A JSON-RPC call a command wants made.
 public struct RPCCall: Sendable, Equatable {
     /// The method name.

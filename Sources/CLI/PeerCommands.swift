@@ -109,13 +109,9 @@ enum PeerCommands {
     static let forget = onePeer("forget", ControlMethod.peerForget, "Forget a trusted peer.", done: "forgot")
 
     private static func onePeer(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        CLICommand(
-            ["peer", verb],
-            abstract: abstract,
-            arguments: [Positional("peer", help: "The peer ID (64 hex digits, or the grouped form).")],
-            action: .call(request: { v throws(CLIError) in
-                RPCCall(method: method, params: ["peer": .string(v.string("peer") ?? "")])
-            }, render: { r in "\(done) \(r["short"]?.stringValue ?? "?")" }))
+        .naming(["peer", verb], method, abstract: abstract, Positional("peer", help: "The peer ID (64 hex digits, or the grouped form).")) { r in
+            "\(done) \(r["short"]?.stringValue ?? "?")"
+        }
     }
 
     /// `peer trusted`.

@@ -45,13 +45,10 @@ enum PeerTransferCommands {
                                              "Decline a resource a peer offers.", done: "declined")
 
     private static func oneTransfer(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        CLICommand(
-            ["peer", verb],
-            abstract: abstract,
-            arguments: [Positional("transfer", parser: .int(in: 1...Int.max), help: "The transfer's number ('peer transfers' or the events).")],
-            action: .call(request: { v throws(CLIError) in
-                RPCCall(method: method, params: ["transfer": .int(Int64(v.int("transfer") ?? 0))])
-            }, render: { r in "\(done) transfer \(Rendering.scalar(r["transfer"] ?? .null))" }))
+        .naming(["peer", verb], method, abstract: abstract,
+                Positional("transfer", parser: .int(in: 1...Int.max), help: "The transfer's number ('peer transfers' or the events).")) { r in
+            "\(done) transfer \(Rendering.scalar(r["transfer"] ?? .null))"
+        }
     }
 
     /// `peer transfers`.
