@@ -181,6 +181,12 @@ enum PeerDiscoveryCommands {
         case ControlEvent.peerResourceOffered, ControlEvent.peerResourceStarted, ControlEvent.peerResourceSent, ControlEvent.peerResourceReceived,
              ControlEvent.peerResourceEnded, ControlEvent.peerResourceInterrupted, ControlEvent.peerResourceProgress:
             return resourceLine(topic, d)
+        case ControlEvent.peerStreamOpened:
+            return "stream \(Rendering.scalar(d["stream"] ?? .null)) \(Rendering.scalar(d["name"] ?? "?")) opened by \(d["short"]?.stringValue ?? "?"): "
+                + "peerlink peer accept-stream \(Rendering.scalar(d["stream"] ?? .null))"
+        case ControlEvent.peerStreamClosed:
+            return "stream \(Rendering.scalar(d["stream"] ?? .null)) \(Rendering.scalar(d["name"] ?? "?")) \(d["direction"]?.stringValue == "in" ? "from" : "to") "
+                + "\(d["short"]?.stringValue ?? "?") ended: \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") after \(Rendering.scalar(d["bytes"] ?? 0)) bytes"
         case ControlEvent.peerReconnectGaveUp: return "gave up reconnecting \(d["short"]?.stringValue ?? "?") after \(Rendering.scalar(d["attempts"] ?? .null)) attempts"
         default: return "\(topic) \(Rendering.eventData(d))"
         }

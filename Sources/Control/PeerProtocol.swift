@@ -50,6 +50,19 @@ extension ControlMethod {
     public static let peerTransfers = "peer.transfers"
     /// What arrived: `{}` → `{"directory", "files": [{"name", "path", "size", "media_type"?, "width"?, "height"?}]}`.
     public static let peerInbox = "peer.inbox"
+    /// Opens a byte stream to a peer (MultipeerConnectivity's `startStream`): `{"peer", "name"}` →
+    /// `{"stream", "peer", "name", "direction": "out", "fd": true}` and a Unix stream socket
+    /// passed with the reply, to write; closing it ends the stream normally.
+    public static let peerOpenStream = "peer.open-stream"
+    /// Takes a peer's byte stream (`peer.stream-opened`): `{"stream"}` → the stream and a Unix
+    /// stream socket passed with the reply, to read until its end.
+    public static let peerAcceptStream = "peer.accept-stream"
+    /// Declines a peer's byte stream: `{"stream"}`.
+    public static let peerDeclineStream = "peer.decline-stream"
+    /// Stops a byte stream, either way (`cancelled` on both sides): `{"stream"}`.
+    public static let peerCloseStream = "peer.close-stream"
+    /// Byte streams open or waiting to be accepted: `{}` → `{"streams": [Stream]}`.
+    public static let peerStreams = "peer.streams"
 }
 
 extension ControlEvent {
@@ -92,4 +105,11 @@ extension ControlEvent {
     /// To the connection that opened it: a message stream ended (`stream`, `reason`,
     /// `message`, counts `sent`, `received`, `unwritten`).
     public static let peerStreamEnded = "peer.stream-ended"
+    /// Topic: a peer opened a byte stream to this board (`stream`, `name`): take it with
+    /// `peer.accept-stream` within 30 s, or it is declined (`timeout`).
+    public static let peerStreamOpened = "peer.stream-opened"
+    /// To the stream's client (to every subscriber before one took it): a byte stream ended
+    /// (`reason`: `normal` when every byte reached the reading client; `detail`, `by_peer`,
+    /// `bytes`).
+    public static let peerStreamClosed = "peer.stream-closed"
 }

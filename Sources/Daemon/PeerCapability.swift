@@ -24,6 +24,8 @@ final class PeerCapability: DaemonCapability {
     /// Message streams (`peer.message-stream`, PeerMessageStream.swift): a peer's reliable
     /// messages go to its stream while one is open, instead of `peer.message` events.
     let streams = PeerMessageStreams()
+    /// Byte streams (`peer.open-stream`, PeerByteStreams.swift).
+    let byteStreams = PeerByteStreams()
 
     init(dnssd: DNSSDCapability) {
         self.dnssd = dnssd
@@ -118,6 +120,7 @@ final class PeerCapability: DaemonCapability {
         }
         registerMessageStream(context, node: node)
         registerResources(context, node: node, inbox: inbox)
+        registerByteStreams(context, node: node)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
@@ -242,6 +245,8 @@ final class PeerCapability: DaemonCapability {
         case .resource(let r):
             let (topic, data) = Self.event(r)
             context.publish(topic: topic, data: data)
+        case .stream(let e):
+            byteStreams.handle(e) { [weak self] topic, stream, extra in self?.reportByteStream(context, topic, stream, extra) }
         }
     }
 }

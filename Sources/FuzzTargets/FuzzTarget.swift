@@ -48,6 +48,8 @@ public struct FuzzTarget: Sendable {
                    run: SessionTargets.discoveryRecord),
         FuzzTarget(name: "connection-machine", summary: "the session state machine driven by random frames and commands: rejected frames change nothing but the close",
                    run: MachineTarget.run),
+        FuzzTarget(name: "stream-table", summary: "byte streams between two tables with a lying peer's frames injected: rejected frames change no other stream, bytes arrive as written",
+                   run: StreamTableTarget.run),
         FuzzTarget(name: "resource-name", summary: "a resource name from a peer: the sanitised name is one safe file name in the inbox, stable when sanitised again",
                    run: SessionTargets.resourceName),
         FuzzTarget(name: "image-header", summary: "a received file's first bytes as PNG or JPEG headers: a header found is stable when more bytes follow",

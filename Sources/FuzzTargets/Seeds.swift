@@ -13,6 +13,7 @@ public enum FuzzSeeds {
         [
             "frames": frames(),
             "connection-machine": machine(),
+            "stream-table": streamTable(),
             "discovery-record": discoveryRecords(),
             "dbus-message": dbusMessages(),
             "advertisement": advertisements(),
@@ -77,6 +78,16 @@ public enum FuzzSeeds {
         let raw = [0x01] + op(0) + op(2, [UInt8(hello.count)] + hello) + op(2, [4, 1, 2, 3, 4])
         return [("gen-dialer", dialer), ("gen-listener", listener), ("gen-encrypted", encrypted), ("gen-timeouts", timeouts),
                 ("gen-raw-hello", raw)]
+    }
+
+    /// Programs for `StreamTableTarget`: (op, arg) pairs, ops 0 open, 1 write, 2 finish,
+    /// 3 close, 4 refill and deliver, 5 the receiver closes, 6 and 7 a lie into either side.
+    static func streamTable() -> [(String, [UInt8])] {
+        let whole: [UInt8] = [0, 1, 1, 0, 1, 200, 4, 3, 2, 0, 4, 5, 4, 5, 4, 5]      // open, 2 writes, finish, drain until confirmed
+        let two: [UInt8] = [0, 1, 0, 2, 1, 0, 1, 1, 4, 2, 3, 1, 2, 0, 4, 1, 4, 1, 5, 0]  // two streams, one cancelled, one declined
+        let lies: [UInt8] = [0, 1, 1, 50, 6, 1, 1, 3, 0xAA, 0xBB, 0xCC, 6, 2, 5, 0, 7, 0, 2, 4, 0, 6, 0, 1, 4, 4, 2, 0, 4, 4]
+        let busy: [UInt8] = [0, 1, 0, 2, 0, 3, 4, 4, 1, 0, 1, 1, 4, 4, 5, 0, 0, 4, 4, 4]  // a third incoming stream, then another after one ends
+        return [("gen-whole", whole), ("gen-two", two), ("gen-lies", lies), ("gen-busy", busy)]
     }
 
     private static func encodedHello(role: Role) -> [UInt8] {

@@ -1,7 +1,8 @@
 import Session
 import SystemKit
 
-/// What one connection's resources report, in order, on the connection's queue.
+/// What one connection's resources and byte streams report, in order, on the connection's
+/// queue.
 public enum TransferEvent: Sendable {
     /// The peer offers a resource: answer with `PeerConnection.acceptResource` or
     /// `declineResource`.
@@ -22,12 +23,26 @@ public enum TransferEvent: Sendable {
     /// The session ended with the resource in progress: a received part is kept, and the
     /// same resource offered again (by the same peer, with the same hash) resumes from it.
     case interrupted(id: UInt32, outgoing: Bool, bytes: UInt64)
+    /// The peer opened byte stream `id` to this side: its bytes follow (`streamData`); the
+    /// application takes them (`PeerConnection.consumedStream`) or ends it (`closeStream`).
+    case streamOpened(id: UInt32, name: String)
+    /// Bytes of incoming stream `id`, in order: give them back to the peer's window
+    /// (`consumedStream`) once the application has them.
+    case streamData(id: UInt32, bytes: [UInt8])
+    /// The opener sent every byte of incoming stream `id`: once the application has them
+    /// all, `closeStream(id, reason: .normal)` tells the opener so.
+    case streamFinished(id: UInt32)
+    /// Stream `id` ended, either way: the reason both sides see (`.normal` on an outgoing
+    /// stream: the receiver took every byte), what happened, whether the peer ended it, and
+    /// the bytes it moved.
+    case streamEnded(id: UInt32, outgoing: Bool, reason: Reason, detail: String, byPeer: Bool, bytes: UInt64)
 }
 
-/// The resources of one connection, both ways, with their files: the `ResourceTable` (the
-/// protocol's rules) plus the open `OutgoingFile`s read from and the `IncomingFile`s written
-/// to. Used under the connection's lock; the connection writes the frames this returns and
-/// reports the events.
+/// The resources and byte streams of one connection, both ways: the `ResourceTable` and the
+/// `StreamTable` (the protocol's rules; the first keeps the id space both share) plus the
+/// open `OutgoingFile`s read from, the `IncomingFile`s written to, and the applications
+/// waiting to give a stream more bytes. Used under the connection's lock; the connection
+/// writes the frames this returns, reports the events and wakes the waiters.
 ///
 /// Sending pulls: data is read from the file only when the bulk lane runs low (`refill`),
 /// so a resource of any size costs `queuedChunks` chunks of memory, and the session's flow
@@ -43,6 +58,9 @@ struct ConnectionTransfers {
         var dropped: [UInt32] = []
         /// For the application.
         var events: [TransferEvent] = []
+        /// Stream writers to call back, outside the lock: true when their bytes are all in
+        /// the lanes, false when the stream ended first.
+        var wakeups: [(@Sendable (Bool) -> Void, Bool)] = []
     }
 
     /// RESOURCE_DATA's payload: a whole frame (the id is in the header).
@@ -70,14 +88,17 @@ struct ConnectionTransfers {
     private var table: ResourceTable
     private var sending: [UInt32: Sending] = [:]
     private var receiving: [UInt32: Receiving] = [:]
+    private var streams = StreamTable()
+    /// Per outgoing stream, the writer whose bytes wait for the lanes (one batch at a time).
+    private var streamWriters: [UInt32: @Sendable (Bool) -> Void] = [:]
 
     init(role: Role) { table = ResourceTable(role: role) }
 
-    /// Whether any resource is being sent or received.
-    var isEmpty: Bool { sending.isEmpty && receiving.isEmpty }
+    /// Whether no resource or stream is in progress.
+    var isEmpty: Bool { sending.isEmpty && receiving.isEmpty && streams.isEmpty }
 
-    /// Whether resource `id` is in progress (offered, moving or being verified).
-    func isLive(_ id: UInt32) -> Bool { table.transfers[id] != nil }
+    /// Whether resource or stream `id` is in progress.
+    func isLive(_ id: UInt32) -> Bool { table.transfers[id] != nil || streams.streams[id] != nil }
 
     // MARK: Commands
 
@@ -142,21 +163,116 @@ struct ConnectionTransfers {
         return .ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: byPeer, bytes: bytes)
     }
 
-    /// The connection ended: received parts are kept for a resume, and every resource in
-    /// progress is reported interrupted.
-    mutating func connectionEnded() -> [TransferEvent] {
-        var events: [TransferEvent] = []
+    /// The connection ended (`reason`, `detail`, `byPeer`: how): received parts are kept for
+    /// a resume, every resource in progress is reported interrupted, every stream ended.
+    mutating func connectionEnded(_ reason: Reason, _ detail: String, byPeer: Bool) -> Outcome {
+        var out = Outcome()
         for t in table.connectionEnded() {
             let id = t.offer.resourceID
             if t.outgoing {
                 sending[id] = nil
-                events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
+                out.events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
             } else if let r = receiving.removeValue(forKey: id) {
                 r.file?.suspend()
-                events.append(.interrupted(id: id, outgoing: false, bytes: r.file?.received ?? 0))
+                out.events.append(.interrupted(id: id, outgoing: false, bytes: r.file?.received ?? 0))
             }
         }
-        return events
+        // Never `normal` for a stream: that says every byte reached the reader.
+        let streamReason = reason == .normal ? Reason.cancelled : reason
+        for stream in streams.connectionEnded() {
+            endStream(stream, streamReason, "the session ended (\(reason)): \(detail)", byPeer: byPeer, &out)
+        }
+        return out
+    }
+
+    // MARK: Streams
+
+    /// Opens a byte stream to the peer: its id and the STREAM_OPEN.
+    mutating func openStream(name: String) throws(StreamTable.CommandError) -> (id: UInt32, frame: Frame) {
+        let id = table.reserveID()
+        return (id, try streams.open(id: id, name: name))
+    }
+
+    /// Bytes for outgoing stream `id`, after what is pending; `done` is called (from the
+    /// connection, outside its lock) with true once they are all in the lanes, or false when
+    /// the stream ends first. One batch at a time: a second before the first's `done` is
+    /// refused (false).
+    mutating func writeStream(_ id: UInt32, _ chunks: [[UInt8]], done: @escaping @Sendable (Bool) -> Void) -> Outcome {
+        var out = Outcome()
+        var taken = streamWriters[id] == nil
+        for chunk in chunks where taken { taken = streams.write(id, chunk) }
+        guard taken else {
+            out.wakeups.append((done, false))
+            return out
+        }
+        if streams.pendingBytes(id) == 0 { out.wakeups.append((done, true)) } else { streamWriters[id] = done }
+        return out
+    }
+
+    /// The application ended outgoing stream `id`: the normal close follows its last byte
+    /// (`refill`). False when it is not an open outgoing stream.
+    mutating func finishStream(_ id: UInt32) -> Bool { streams.finish(id) }
+
+    /// Ends stream `id` from this side, either way: `.normal` answers the opener's close once
+    /// the application has every byte; any other reason stops it at once.
+    mutating func closeStream(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
+        var out = Outcome()
+        guard let stream = streams.streams[id], let frame = streams.close(id, reason: reason) else { return out }
+        out.frames.append(frame)
+        out.dropped.append(id)
+        endStream(stream, reason, detail, byPeer: false, &out)
+        return out
+    }
+
+    /// Reports `stream`'s end, and tells its writer it will take no more.
+    private mutating func endStream(_ stream: StreamTable.Stream, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) {
+        if let w = streamWriters.removeValue(forKey: stream.id) { out.wakeups.append((w, false)) }
+        out.events.append(.streamEnded(id: stream.id, outgoing: stream.outgoing, reason: reason, detail: detail, byPeer: byPeer,
+                                       bytes: stream.bytes))
+    }
+
+    /// A STREAM_* frame from the peer.
+    private mutating func streamFrame(_ frame: Frame) -> Outcome {
+        var out = Outcome()
+        // An id of this side's parity, or used before: refused, and nothing is remembered
+        // (a flood of them costs no memory), as for a resource's.
+        if case .streamOpen(let id, _) = frame, let why = table.claimPeerID(id) {
+            // A stream in progress under that id is lost as well.
+            if streams.streams[id] != nil { return closeStream(id, reason: .protocolError, detail: "STREAM_OPEN with stream \(why)") }
+            out.frames.append(.streamClose(streamID: id, reason: .protocolError))
+            return out
+        }
+        let before = streams.streams[frame.streamID]
+        let event = streams.received(frame)
+        switch event {
+        case .opened(let id, let name)?:
+            out.events.append(.streamOpened(id: id, name: name))
+        case .data(let id, let bytes)?:
+            out.events.append(.streamData(id: id, bytes: bytes))
+        case .finished(let id)?:
+            out.events.append(.streamFinished(id: id))
+        case .closed(let id, let reason)?:
+            out.dropped.append(id)
+            let detail = switch reason {
+            case .normal: "the receiver took every byte"
+            case .declined: "the peer declined it"
+            default: "the peer closed it"
+            }
+            if let before { endStream(before, reason, detail, byPeer: true, &out) }
+        case .violation(let id, let why, let reply)?:
+            out.frames.append(reply)
+            out.dropped.append(id)
+            if let before { endStream(before, .protocolError, why, byPeer: false, &out) }
+        case .refused(_, let reply)?:
+            out.frames.append(reply)
+        case .ignored?, nil:
+            break
+        }
+        // Bytes sent before the stream's end reached the peer go back to the window at once;
+        // a peer's bytes for a stream it never opened (or after breaking its rules) do not,
+        // so a peer that keeps sending them runs out of credit.
+        if case .streamData(let id, let d) = frame, !d.isEmpty, case .ignored? = event { out.consumed.append((id, d.count)) }
+        return out
     }
 
     // MARK: Sending
@@ -200,6 +316,10 @@ struct ConnectionTransfers {
                 out.events.append(.progress(id: id, outgoing: true, bytes: position))
             }
         }
+        // Streams pull the same way: a writer gives its next batch once this one is queued.
+        for id in streams.refill(&scheduler, limit: Self.queuedChunks) {
+            if let w = streamWriters.removeValue(forKey: id) { out.wakeups.append((w, true)) }
+        }
         return out
     }
 
@@ -207,6 +327,10 @@ struct ConnectionTransfers {
 
     /// A resource frame from the peer (the machine's `.frame` event).
     mutating func received(_ frame: Frame, from peer: PeerID?, now: ContinuousClock.Instant) -> Outcome {
+        switch frame {
+        case .streamOpen, .streamData, .streamClose: return streamFrame(frame)
+        default: break
+        }
         var out = Outcome()
         // Every data byte the machine counted goes back to the window, whatever becomes of it.
         if case .resourceData(let id, let d) = frame, !d.isEmpty { out.consumed.append((id, d.count)) }
@@ -263,5 +387,6 @@ struct ConnectionTransfers {
         out.consumed += o.consumed
         out.dropped += o.dropped
         out.events += o.events
+        out.wakeups += o.wakeups
     }
 }

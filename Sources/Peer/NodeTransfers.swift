@@ -248,6 +248,8 @@ final class NodeTransfers: Sendable {
             }
         case .interrupted(let rid, let outgoing, let bytes):
             interrupted(c, rid, outgoing: outgoing, bytes: bytes)
+        case .streamOpened, .streamData, .streamFinished, .streamEnded:
+            break  // the node's (`PeerNode.transferEvent`)
         }
     }
 

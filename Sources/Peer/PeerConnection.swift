@@ -30,29 +30,33 @@ public final class PeerConnection: Sendable {
     public let role: Role
     /// The other end's address.
     public let remote: SocketAddress
-    private let queue: DispatchQueue
+    let queue: DispatchQueue
     private let channel: Channel
     private let identity: TLSIdentity
     private let logger: Logger
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
     private let onTransfer: @Sendable (PeerConnection, TransferEvent) -> Void
-    private let state: Mutex<State>
+    let state: Mutex<State>
 
     /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
     public typealias SendResult = ConnectionMachine.SendResult
 
-    /// What the connection reports, in the order it happened.
-    private enum Delivered {
+    // The state, its delivery and the writing path are internal (not private) for the
+    // resource and stream commands in PeerConnection+Transfers.swift; nothing else uses them.
+
+    /// What the connection reports, in the order it happened, and stream writers to wake.
+    enum Delivered {
         case connection(ConnectionEvent)
         case transfer(TransferEvent)
+        case wake(@Sendable (Bool) -> Void, Bool)
     }
 
-    private struct RoomWaiter {
+    struct RoomWaiter {
         let bytes: Int
         let resume: @Sendable (Bool) -> Void
     }
 
-    private struct State {
+    struct State {
         var machine: ConnectionMachine
         var scheduler: SendScheduler
         var decoder = FrameDecoder()
@@ -78,9 +82,9 @@ public final class PeerConnection: Sendable {
         var closed = false
         /// Resources both ways, with their files.
         var transfers: ConnectionTransfers
-        /// Transfer events from writing (a refill's progress, a file that changed), reported
-        /// at the end of the turn.
-        var transferEvents: [TransferEvent] = []
+        /// Transfer events and stream wakeups from writing (a refill's progress, a file that
+        /// changed, a stream's bytes queued), delivered at the end of the turn.
+        var later: [Delivered] = []
     }
 
     /// Wraps a connected, non-blocking TCP socket (the connection owns it from now on).
@@ -162,7 +166,7 @@ public final class PeerConnection: Sendable {
             guard n > 0 else { return (0, result, [], []) }
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
             pump(&s)
-            return (n, result, roomForWaiters(&s), takeTransferEvents(&s))
+            return (n, result, roomForWaiters(&s), takeLater(&s))
         }
         deliver(events, waiters)
         return (queued, result)
@@ -181,7 +185,7 @@ public final class PeerConnection: Sendable {
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
             guard r == .queued else { return (r, [], []) }
             pump(&s)
-            return (r, roomForWaiters(&s), takeTransferEvents(&s))
+            return (r, roomForWaiters(&s), takeLater(&s))
         }
         deliver(events, waiters)
         return result
@@ -198,64 +202,6 @@ public final class PeerConnection: Sendable {
                 return nil
             }
             if let now { c.resume(returning: now) }
-        }
-    }
-
-    // MARK: Resources (from any thread)
-
-    /// Offers `file` to the peer as `name`: the resource's id on this connection, or nil
-    /// when the session is not up. Its bytes are read when the peer accepts. `bind` gets the
-    /// id before the offer can go, so the caller knows it before any answer is reported.
-    public func offerResource(_ file: OutgoingFile, name: String, bind: (UInt32) -> Void = { _ in }) -> UInt32? {
-        let (id, events) = state.withLock { s -> (UInt32?, [Delivered]) in
-            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
-            let (id, frame) = s.transfers.offer(file, name: name, now: .now)
-            bind(id)
-            enqueue(frame, &s)
-            pump(&s)
-            return (id, takeTransferEvents(&s))
-        }
-        deliver(events, [])
-        return id
-    }
-
-    /// Accepts the peer's offer `id` into `inbox` (resuming a part it left before). The part
-    /// is opened off the connection's queue: resuming hashes what it holds again, which for
-    /// a large part takes long enough to miss the peer's pings.
-    public func acceptResource(_ id: UInt32, into inbox: Inbox) {
-        guard let (offer, peer) = state.withLock({ s in s.transfers.pendingOffer(id).flatMap { o in s.machine.peerID.map { (o, $0) } } }) else {
-            return
-        }
-        DispatchQueue.global().async { [self] in
-            let file: IncomingFile
-            do throws(InboxError) {
-                file = try inbox.receive(offer, from: peer)
-            } catch {
-                return declineResource(id, reason: error.reason, detail: error.description)
-            }
-            transfers { s in s.transfers.accept(id, file: file, now: .now) }
-        }
-    }
-
-    /// Declines the peer's offer `id`.
-    public func declineResource(_ id: UInt32, reason: Reason, detail: String) {
-        transfers { s in s.transfers.decline(id, reason: reason, detail: detail) }
-    }
-
-    /// Ends resource `id` (either way) from this side.
-    public func cancelResource(_ id: UInt32, reason: Reason, detail: String) {
-        transfers { s in s.transfers.cancel(id, reason: reason, detail: detail) }
-    }
-
-    private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
-        queue.async { [self] in
-            var events: [Delivered] = []
-            let waiters = state.withLock { s -> [RoomWaiter] in
-                guard !s.closed else { return [] }
-                apply(body(&s), &s, &events)
-                return endOfTurn(&s, &events)
-            }
-            deliver(events, waiters)
         }
     }
 
@@ -290,32 +236,33 @@ public final class PeerConnection: Sendable {
         deliver(events, waiters)
     }
 
-    private func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
+    func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
         for w in waiters { w.resume(true) }
         for e in events {
             switch e {
             case .connection(let e): onEvent(self, e)
             case .transfer(let e): onTransfer(self, e)
+            case .wake(let writer, let queued): writer(queued)
             }
         }
     }
 
-    /// The transfer events that writing produced, for delivery after the lock.
-    private func takeTransferEvents(_ s: inout State) -> [Delivered] {
-        defer { s.transferEvents = [] }
-        return s.transferEvents.map { .transfer($0) }
+    /// The transfer events and wakeups that writing produced, for delivery after the lock.
+    func takeLater(_ s: inout State) -> [Delivered] {
+        defer { s.later = [] }
+        return s.later
     }
 
     /// After the machine's actions: a control lane that overflowed closes the connection
     /// (`busy`), and whatever may go now is written (a CREDIT received, a frame queued).
-    private func endOfTurn(_ s: inout State, _ events: inout [Delivered]) -> [RoomWaiter] {
+    func endOfTurn(_ s: inout State, _ events: inout [Delivered]) -> [RoomWaiter] {
         if s.controlOverflow, !s.closed {
             s.controlOverflow = false
             let why = "more than \(s.scheduler.maxControlFrames) control frames wait while the peer does not read"
             perform(s.machine.handle(.close(.busy, text: why), now: .now), &s, &events)
         }
         pump(&s)
-        events += takeTransferEvents(&s)
+        events += takeLater(&s)
         return roomForWaiters(&s)
     }
 
@@ -390,7 +337,11 @@ public final class PeerConnection: Sendable {
             case .emit(.frame(let f)):
                 transferFrame(f, &s, &events)
             case .emit(let e):
-                if case .disconnected = e { events += s.transfers.connectionEnded().map { .transfer($0) } }
+                if case .disconnected(let reason, let detail, let byPeer) = e {
+                    let o = s.transfers.connectionEnded(reason, detail, byPeer: byPeer)
+                    events += o.events.map { .transfer($0) }
+                    events += o.wakeups.map { .wake($0.0, $0.1) }
+                }
                 events.append(.connection(e))
             case .armTimer(let at):
                 s.timerGeneration += 1
@@ -407,29 +358,22 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    /// A resource or stream frame from the peer. Resources go to the transfers; a stream
-    /// open is answered STREAM_CLOSE `declined`, as peer-protocol.md asks of a side without
-    /// streams, so the peer does not wait for an answer that never comes.
+    /// A resource or stream frame from the peer, for the transfers.
     private func transferFrame(_ f: Frame, _ s: inout State, _ events: inout [Delivered]) {
-        switch f {
-        case .streamOpen(let id, _): enqueue(.streamClose(streamID: id, reason: .declined), &s)
-        // Data on a stream that was declined: counted against its window, never consumed,
-        // so a peer that keeps sending runs out of credit.
-        case .streamData, .streamClose: break
-        default:
-            let outcome = s.transfers.received(f, from: s.machine.peerID, now: .now)
-            apply(outcome, &s, &events)
-            // Ended, or never existed: its flow-control entries go.
-            if !s.transfers.isLive(f.streamID) { _ = s.machine.handle(.streamEnded(streamID: f.streamID), now: .now) }
-        }
+        let outcome = s.transfers.received(f, from: s.machine.peerID, now: .now)
+        apply(outcome, &s, &events)
+        // Ended, or never existed: its flow-control entries go.
+        if !s.transfers.isLive(f.streamID) { _ = s.machine.handle(.streamEnded(streamID: f.streamID), now: .now) }
     }
 
-    /// Carries out what the transfers asked: frames queued, ended resources' bulk frames
-    /// dropped, used bytes returned to the peer's window, events reported in order.
-    private func apply(_ o: ConnectionTransfers.Outcome, _ s: inout State, _ events: inout [Delivered]) {
-        for f in o.frames { enqueue(f, &s) }
+    /// Carries out what the transfers asked: ended resources' and streams' bulk frames
+    /// dropped, then frames queued (a stream's last answer is a bulk frame of its own), used
+    /// bytes returned to the peer's window, events reported and writers woken in order.
+    func apply(_ o: ConnectionTransfers.Outcome, _ s: inout State, _ events: inout [Delivered]) {
         for id in o.dropped { _ = s.scheduler.removeStream(id) }
+        for f in o.frames { enqueue(f, &s) }
         events += o.events.map { .transfer($0) }
+        events += o.wakeups.map { .wake($0.0, $0.1) }
         for id in o.dropped where !s.transfers.isLive(id) { _ = s.machine.handle(.streamEnded(streamID: id), now: .now) }
         for (id, n) in o.consumed { perform(s.machine.handle(.consumed(streamID: id, bytes: n), now: .now), &s, &events) }
     }
@@ -437,7 +381,7 @@ public final class PeerConnection: Sendable {
     /// A frame of the machine's into its lane. HELLO, and the CLOSE that may follow it before
     /// TLS, are written at once: what comes next (TLS) must not be taken for a frame nor go
     /// before them.
-    private func enqueue(_ frame: Frame, _ s: inout State) {
+    func enqueue(_ frame: Frame, _ s: inout State) {
         guard !s.closeWritten else { return }
         switch s.scheduler.enqueue(frame) {
         case .queued:
@@ -470,7 +414,7 @@ public final class PeerConnection: Sendable {
 
     /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
     /// allows (then `roomForWaiters` says which senders may try again).
-    private func pump(_ s: inout State) {
+    func pump(_ s: inout State) {
         var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
               let frame = s.machine.nextFrame(from: &s.scheduler) ?? refilled(&s) {
@@ -499,19 +443,20 @@ public final class PeerConnection: Sendable {
     private func refilled(_ s: inout State) -> Frame? {
         guard !s.transfers.isEmpty else { return nil }
         let o = s.transfers.refill(&s.scheduler, now: .now)
-        // Into the lanes only: `enqueue` writes at once in plain text, which inside `pump`
-        // would put these frames before the batch being built.
-        for f in o.frames where s.scheduler.enqueue(f) == .busy { s.controlOverflow = true }
         for id in o.dropped {
             _ = s.scheduler.removeStream(id)
             _ = s.machine.handle(.streamEnded(streamID: id), now: .now)
         }
-        s.transferEvents += o.events
+        // Into the lanes only: `enqueue` writes at once in plain text, which inside `pump`
+        // would put these frames before the batch being built.
+        for f in o.frames where s.scheduler.enqueue(f) == .busy { s.controlOverflow = true }
+        s.later += o.events.map { .transfer($0) }
+        s.later += o.wakeups.map { .wake($0.0, $0.1) }
         return s.machine.nextFrame(from: &s.scheduler)
     }
 
     /// The waiters, in order, whose message the lanes would take now.
-    private func roomForWaiters(_ s: inout State) -> [RoomWaiter] {
+    func roomForWaiters(_ s: inout State) -> [RoomWaiter] {
         var ready: [RoomWaiter] = []
         while let w = s.roomWaiters.first, s.scheduler.canAccept(byteCount: w.bytes) {
             ready.append(w)
@@ -565,7 +510,7 @@ public final class PeerConnection: Sendable {
                 return ([], [])
             }
             pump(&s)
-            return (roomForWaiters(&s), takeTransferEvents(&s))
+            return (roomForWaiters(&s), takeLater(&s))
         }
         deliver(events, waiters)
     }

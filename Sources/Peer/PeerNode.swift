@@ -25,7 +25,7 @@ public final class PeerNode: Sendable {
     /// Settings.
     public let config: PeerNodeConfig
     private let logger: Logger
-    private let onEvent: @Sendable (PeerEvent) -> Void
+    let onEvent: @Sendable (PeerEvent) -> Void
     private let trust: TrustStore
     private let state: Mutex<State>
     /// Resources across the connections.
@@ -203,7 +203,7 @@ public final class PeerNode: Sendable {
         let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
                                logger: logger, maxQueuedBytes: config.maxQueuedBytes,
                                onEvent: { [weak self] c, e in self?.handle(c, e) },
-                               onTransfer: { [weak self] c, e in self?.transfers.handle(c, e) })
+                               onTransfer: { [weak self] c, e in self?.transferEvent(c, e) })
         state.withLock { $0.connections[id] = c }
         return c
     }

@@ -124,6 +124,8 @@ public enum PeerEvent: Sendable {
     case reconnectGaveUp(PeerID, attempts: Int)
     /// Something happened to a resource being sent or received.
     case resource(ResourceEvent)
+    /// Something happened to a byte stream.
+    case stream(StreamEvent)
 }
 
 /// Why a node command failed.

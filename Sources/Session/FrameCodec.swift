@@ -233,7 +233,7 @@ enum FrameRules {
 
     /// A stream's name: not empty, no '/', no control characters (it is shown to users and
     /// may name a socket).
-    private static func checkName(_ name: String) throws(FrameError) {
+    static func checkName(_ name: String) throws(FrameError) {
         guard !name.isEmpty else { throw FrameError(.invalidValue(field: "name", reason: "must not be empty")) }
         guard !name.unicodeScalars.contains(where: { $0 == "/" || $0.value < 0x20 || $0.value == 0x7F }) else {
             throw FrameError(.invalidValue(field: "name", reason: "must not contain '/' or control characters"))

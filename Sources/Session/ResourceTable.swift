@@ -93,12 +93,45 @@ public struct ResourceTable: Sendable {
 
     /// Offers a resource; returns its id and the RESOURCE_OFFER to send.
     public mutating func offer(name: String, size: UInt64, sha256: [UInt8], mediaType: String) -> (id: UInt32, frame: Frame) {
-        let id = nextID
-        // 2^31 resources on one connection: wrap within the side's parity.
-        nextID = nextID >= UInt32.max - 1 ? (role == .dialer ? 1 : 2) : nextID + 2
+        let id = allocateID()
         let offer = ResourceOffer(resourceID: id, name: name, size: size, sha256: sha256, mediaType: mediaType)
         transfers[id] = Transfer(offer: offer, outgoing: true, phase: .offered)
         return (id, .resourceOffer(offer))
+    }
+
+    /// An id of this side's for a stream (resources and streams share one id space): no
+    /// resource frame may use it from now on.
+    public mutating func reserveID() -> UInt32 {
+        let id = allocateID()
+        ended.insert(id)
+        return id
+    }
+
+    /// Takes id `id` the peer chose for a stream (a STREAM_OPEN): nil when it may use it (no
+    /// resource frame may use it from now on), else why not (wrong parity, used before).
+    public mutating func claimPeerID(_ id: UInt32) -> String? {
+        if let why = peerIDProblem(id) { return why }
+        ended.insert(id)
+        return nil
+    }
+
+    private mutating func allocateID() -> UInt32 {
+        let id = nextID
+        // 2^31 ids on one connection: wrap within the side's parity.
+        nextID = nextID >= UInt32.max - 1 ? (role == .dialer ? 1 : 2) : nextID + 2
+        return id
+    }
+
+    /// Why the peer may not use `id` for something new: it has this side's parity, or was
+    /// used before; nil when it may.
+    private func peerIDProblem(_ id: UInt32) -> String? {
+        // The peer's ids have the other parity: odd ones are the dialer's.
+        let peerIsDialer = role == .listener
+        guard (id % 2 == 1) == peerIsDialer else {
+            return "id \(id) belongs to this side (the \(peerIsDialer ? "dialer" : "listener") uses \(peerIsDialer ? "odd" : "even") ids)"
+        }
+        if transfers[id] != nil || ended.contains(id) { return "id \(id) reused" }
+        return nil
     }
 
     /// Accepts the peer's resource from `offset` (0, or what an earlier transfer verified).
@@ -228,14 +261,9 @@ public struct ResourceTable: Sendable {
 
     private mutating func offered(_ o: ResourceOffer) -> Event {
         let id = o.resourceID
-        // The peer's ids have the other parity: odd ones are the dialer's.
-        let peerIsDialer = role == .listener
-        guard (id % 2 == 1) == peerIsDialer else {
-            return violation(id, "resource id \(id) belongs to this side (the \(peerIsDialer ? "dialer" : "listener") uses \(peerIsDialer ? "odd" : "even") ids)", known: false)
-        }
-        // An id in progress: that resource is lost as well. An id that has ended: refused.
-        if transfers[id] != nil { return violation(id, "resource id \(id) reused") }
-        if ended.contains(id) { return violation(id, "resource id \(id) reused", known: false) }
+        // An id in progress: that resource is lost as well. One that has ended (a resource's
+        // or a stream's), or of this side's parity: refused.
+        if let why = peerIDProblem(id) { return violation(id, "resource \(why)", known: transfers[id] != nil) }
         transfers[id] = Transfer(offer: o, outgoing: false, phase: .offered)
         return .offered(o)
     }

@@ -208,7 +208,9 @@ public final class Channel: Sendable {
     public var hasRoom: Bool { state.withLock { !$0.closed && $0.queued < outboxLimit } }
 
     /// Calls `handler` once: true when the outbox has room (at once, on this thread, if it has
-    /// now), false when the channel is closed.
+    /// now), false when the channel is closed. In stream mode "room" is fewer than
+    /// `outboxLimit` bytes waiting: a larger item may still be refused (`.full`), so a caller
+    /// whose items may be large waits with `whenFlushed` (an empty outbox takes any item).
     public func whenRoom(_ handler: @escaping @Sendable (Bool) -> Void) {
         let now = state.withLock { s -> Bool? in
             if s.closed { return false }

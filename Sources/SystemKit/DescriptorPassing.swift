@@ -2,7 +2,7 @@
 import Glibc
 #endif
 
-/// Packet socket pairs and descriptors passed over Unix sockets (`SCM_RIGHTS`): how the
+/// Socket pairs and descriptors passed over Unix sockets (`SCM_RIGHTS`): how the
 /// daemon hands a client a data stream next to its JSON-RPC connection.
 public enum DescriptorPassing {
     /// A connected pair of `SOCK_SEQPACKET` Unix sockets (close-on-exec): each `send` on one
@@ -10,6 +10,14 @@ public enum DescriptorPassing {
     public static func packetPair() throws -> (Int32, Int32) {
         var fds: [Int32] = [-1, -1]
         try syscall("socketpair") { socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) }
+        return (fds[0], fds[1])
+    }
+
+    /// A connected pair of `SOCK_STREAM` Unix sockets (close-on-exec): a byte stream each way,
+    /// for a client that reads or writes a peer's byte stream with ordinary tools.
+    public static func streamPair() throws -> (Int32, Int32) {
+        var fds: [Int32] = [-1, -1]
+        try syscall("socketpair") { socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) }
         return (fds[0], fds[1])
     }
 

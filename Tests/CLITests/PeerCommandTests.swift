@@ -45,3 +45,65 @@ import Glibc
         #expect(daemon.requests.first?.params.values == ["peer": "ABCDEFG"])
     }
 }
+
+/// `peer open-stream` and `peer accept-stream` against a fake daemon that passes a stream
+/// socket: the input goes into it whole, what comes out goes to the file only once the
+/// stream ended normally, and any other end exits 1 with its reason.
+@Suite struct PeerByteStreamCommandTests {
+    static func stream(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) } }
+
+    @Test func openStreamWritesTheInputAndWaitsForTheReader() throws {
+        let got = Mutex<[UInt8]>([])
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("peer.open-stream")
+            let (ours, theirs) = try DescriptorPassing.streamPair()
+            defer { closeQuietly(ours) }
+            try c.reply(r, ["stream": 4, "short": "ABCDEFG", "name": "feed", "direction": "out", "fd": true], passing: theirs)
+            closeQuietly(theirs)
+            while true {
+                let chunk = try SocketIO.receive(ours)
+                if chunk.isEmpty { break }
+                got.withLock { $0 += chunk }
+            }
+            try c.event("peer.stream-closed", ["stream": 4, "reason": "normal", "by_peer": true, "bytes": .int(Int64(got.withLock { $0.count }))])
+            c.waitForClose()
+        }
+        let file = "/tmp/peerlink-open-stream-" + String(UUID().uuidString.prefix(8))
+        let bytes = Self.stream(300_000)
+        try Data(bytes).write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let run = peerlink(["peer", "open-stream", "ABCDEFG", "feed", "--from", file], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(got.withLock { $0 } == bytes)
+        #expect(run.err.contains("wrote 300000 bytes; the peer's reader has them all"), "\(run.err)")
+        #expect(daemon.requests.first?.params.values == ["peer": "ABCDEFG", "name": "feed"])
+    }
+
+    @Test(arguments: ["normal", "cancelled"])
+    func acceptStreamSavesTheFileOnlyWhenTheStreamEndedNormally(_ reason: String) throws {
+        let bytes = Self.stream(200_001)
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("peer.accept-stream")
+            let (ours, theirs) = try DescriptorPassing.streamPair()
+            try c.reply(r, ["stream": 7, "short": "ABCDEFG", "name": "feed", "direction": "in", "fd": true], passing: theirs)
+            closeQuietly(theirs)
+            try SocketIO.sendAll(ours, bytes)
+            closeQuietly(ours)
+            try c.event("peer.stream-closed", ["stream": 7, "reason": .string(reason), "by_peer": true, "detail": "the peer closed it"])
+            c.waitForClose()
+        }
+        let file = "/tmp/peerlink-accept-stream-" + String(UUID().uuidString.prefix(8))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let run = peerlink(["peer", "accept-stream", "7", "--to", file], daemon: daemon)
+        #expect(!FileManager.default.fileExists(atPath: file + ".part"), "the part is renamed or removed")
+        if reason == "normal" {
+            #expect(run.code == 0, "\(run.err)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == Data(bytes))
+            #expect(run.err.contains("read 200001 bytes; complete"), "\(run.err)")
+        } else {
+            #expect(run.code == 1)
+            #expect(!FileManager.default.fileExists(atPath: file), "nothing under the final name")
+            #expect(run.err.contains("ended: cancelled (by the peer) the peer closed it"), "\(run.err)")
+        }
+    }
+}

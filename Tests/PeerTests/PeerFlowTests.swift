@@ -26,8 +26,9 @@ import Glibc
 
     /// A node (`name`, encryption optional) in session with a hand-made peer that dialled it
     /// in plain text; the caller closes the peer and stops the node.
-    static func rawSession(_ name: String, inbox: Inbox? = nil, policy: ResourcePolicy = .all) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
-        let a = try Node(name, encryption: .optional, inbox: inbox, acceptResources: policy)
+    static func rawSession(_ name: String, inbox: Inbox? = nil, policy: ResourcePolicy = .all,
+                           consumeStreams: Bool = true) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
+        let a = try Node(name, encryption: .optional, inbox: inbox, acceptResources: policy, consumeStreams: consumeStreams)
         do {
             let raw = try await RawPeer.connect(port: a.node.port)
             do {
@@ -140,13 +141,15 @@ import Glibc
     }
 
     /// A peer that sends more than it was granted is closed with `flow-control`: stream data
-    /// past a stream's 256 KiB window (nothing consumes it), and messages past the window
+    /// past a stream's 256 KiB window (its reader takes nothing), and messages past the window
     /// while the receiver holds its credit.
     @Test(arguments: [false, true])
     func aPeerSendingBeyondItsCreditIsClosed(messages: Bool) async throws {
-        let (a, raw, me) = try await Self.rawSession("strict")
+        let (a, raw, me) = try await Self.rawSession("strict", consumeStreams: false)
         defer { raw.close(); a.node.stop() }
-        if messages { a.node.holdMessages(from: me, true) }
+        if messages { a.node.holdMessages(from: me, true) } else {
+            try await RawPeer.offPool { try raw.send(.streamOpen(streamID: 1, name: "unread")) }
+        }
         // Five full frames: the fifth is past the 256 KiB window of its stream.
         let frames: [Frame] = (0..<5).map { i in
             messages ? .message(MessageFragment(messageID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload - 4), isFinal: i == 4))
@@ -173,18 +176,25 @@ extension PeerFlowTests {
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
 
-    /// A node without an inbox declines every offered resource at once, and an opened stream
-    /// (until streams exist), as peer-protocol.md asks; the session goes on.
-    @Test func offersAndStreamOpensAreDeclined() async throws {
+    /// A node without an inbox declines every offered resource at once, as peer-protocol.md
+    /// asks; a stream opened is reported to the application, a third at once is answered
+    /// `busy`, and one with an id of the node's own parity `protocol-error`; the session goes on.
+    @Test func offersAreDeclinedAndStreamOpensReported() async throws {
         let (a, raw, me) = try await Self.rawSession("declines")
         defer { raw.close(); a.node.stop() }
         let offer = ResourceOffer(resourceID: 3, name: "../../x.png", size: 10, sha256: [UInt8](repeating: 1, count: 32), mediaType: "image/png")
         try await RawPeer.offPool { try raw.send(.resourceOffer(offer)) }
         let decline = try await RawPeer.offPool { try raw.read { if case .resourceDecline = $0 { true } else { false } } }
         #expect(decline == .resourceDecline(resourceID: 3, reason: .declined))
-        try await RawPeer.offPool { try raw.send(.streamOpen(streamID: 5, name: "video")) }
-        let close = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
-        #expect(close == .streamClose(streamID: 5, reason: .declined))
+        try await RawPeer.offPool {
+            for (id, name) in [(5, "video"), (7, "audio"), (9, "third"), (10, "ours")] { try raw.send(.streamOpen(streamID: UInt32(id), name: name)) }
+        }
+        let opened = await a.wait("opened") { if case .stream(.opened(let r, "audio")) = $0 { r.id == 7 } else { false } }
+        #expect(opened != nil && a.count { if case .stream(.opened) = $0 { true } else { false } } == 2)
+        let busy = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
+        #expect(busy == .streamClose(streamID: 9, reason: .busy))
+        let wrongSide = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
+        #expect(wrongSide == .streamClose(streamID: 10, reason: .protocolError))
         // The session is still up: a message arrives.
         try await RawPeer.offPool { try raw.send(.message(MessageFragment(messageID: 1, data: Array("still here".utf8), isFinal: true))) }
         let got = await a.wait("message") { if case .message(_, let bytes, _) = $0 { bytes == Array("still here".utf8) } else { false } }

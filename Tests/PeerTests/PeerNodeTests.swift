@@ -17,10 +17,12 @@ import Testing
         let node: PeerNode
         let events = Mutex<[PeerEvent]>([])
         let signal = AsyncSignal()
+        let consumeStreams: Bool
 
         init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
              ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
-             acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil) throws {
+             acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
+             consumeStreams: Bool = true) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
@@ -31,6 +33,7 @@ import Testing
             config.inbox = inbox
             config.acceptResources = acceptResources
             config.transferJournal = journal
+            self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
                                 logger: Logger(label: name, level: .error, handler: MemoryLogHandler())) { e in
@@ -41,6 +44,8 @@ import Testing
         }
 
         func record(_ e: PeerEvent) {
+            // A stream's bytes are taken as they arrive, as by an application that reads at once.
+            if consumeStreams, case .stream(.data(let r, let b)) = e { r.consumed(b.count) }
             events.withLock { $0.append(e) }
             signal.fire()
         }

@@ -11,7 +11,7 @@ _peerlink_subcommands() {
     'advertise') echo 'start stop list' ;;
     'agent') echo 'policy confirm' ;;
     'dnssd') echo 'publish unpublish update list browse resolve types' ;;
-    'peer') echo 'identity connect invitations accept decline sessions send stream send-file send-image transfers cancel accept-resource decline-resource inbox disconnect trust forget trusted advertise browse invite watch' ;;
+    'peer') echo 'identity connect invitations accept decline sessions send stream send-file send-image transfers cancel accept-resource decline-resource inbox open-stream accept-stream decline-stream close-stream streams disconnect trust forget trusted advertise browse invite watch' ;;
     esac
 }
 
@@ -73,6 +73,11 @@ _peerlink_options() {
     'peer accept-resource') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer decline-resource') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer inbox') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer open-stream') echo '--from --socket --json --verbose --timeout --help -h' ;;
+    'peer accept-stream') echo '--to --peer --wait --socket --json --verbose --timeout --help -h' ;;
+    'peer decline-stream') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer close-stream') echo '--socket --json --verbose --timeout --help -h' ;;
+    'peer streams') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer disconnect') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer trust') echo '--socket --json --verbose --timeout --help -h' ;;
     'peer forget') echo '--socket --json --verbose --timeout --help -h' ;;
@@ -255,6 +260,20 @@ _peerlink_option_value() {
     'peer decline-resource|--timeout') echo 'text' ;;
     'peer inbox|--socket') echo 'file' ;;
     'peer inbox|--timeout') echo 'text' ;;
+    'peer open-stream|--from') echo 'text' ;;
+    'peer open-stream|--socket') echo 'file' ;;
+    'peer open-stream|--timeout') echo 'text' ;;
+    'peer accept-stream|--to') echo 'text' ;;
+    'peer accept-stream|--peer') echo 'text' ;;
+    'peer accept-stream|--wait') echo 'text' ;;
+    'peer accept-stream|--socket') echo 'file' ;;
+    'peer accept-stream|--timeout') echo 'text' ;;
+    'peer decline-stream|--socket') echo 'file' ;;
+    'peer decline-stream|--timeout') echo 'text' ;;
+    'peer close-stream|--socket') echo 'file' ;;
+    'peer close-stream|--timeout') echo 'text' ;;
+    'peer streams|--socket') echo 'file' ;;
+    'peer streams|--timeout') echo 'text' ;;
     'peer disconnect|--socket') echo 'file' ;;
     'peer disconnect|--timeout') echo 'text' ;;
     'peer trust|--socket') echo 'file' ;;

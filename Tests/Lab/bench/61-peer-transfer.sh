@@ -6,7 +6,9 @@
 #   - on the guest's loopback: ours with TLS (peer.encryption = required) against socat with
 #     OPENSSL: on both ends (a client certificate, verify=1) and against raw TCP socat; ours
 #     with encryption = none against raw TCP socat;
-#   - across a veth pair (two network namespaces): ours with TLS against socat with TLS.
+#   - across a veth pair (two network namespaces): ours with TLS against socat with TLS;
+#   - the same bytes as a byte stream (peer open-stream / accept-stream, TLS, loopback):
+#     the session's own speed, without the hashing and the inbox, against socat with TLS.
 # Ours is timed from the command to its exit, once the receiver verified the file: the
 # sender's hashing (once, before the offer) and the receiver's (as the bytes arrive) are in
 # it. socat's time is its sender's, from start to exit. Each received file is checked with
@@ -86,6 +88,23 @@ ours() {
     echo "bench peer_transfer.$name.rss_mb_receiver=$(rss_max_mb "$prx")"
 }
 
+# ours_stream NAME SENDER RECEIVER: the same bytes as a byte stream (peer open-stream into
+# peer accept-stream --to): the session alone, without hashing or the inbox; SECS[NAME].
+ours_stream() {
+    local name=$1 tx=$2 rx=$3 t0 reader
+    rm -f "$R/$name.bin"
+    spawn "read-$name" pl "$rx" peer accept-stream --peer "${PEER_ID[$tx]}" --wait 600 --to "$R/$name.bin"
+    reader=$SPAWN_PID
+    t0=$(date +%s%N)
+    run pl "$tx" peer open-stream "${PEER_ID[$rx]}" "$name" --from "$W/data.bin"
+    SECS[$name]=$(seconds_since "$t0")
+    [ "$RUN_RC" = 0 ] || fail "$name: open-stream failed: $RUN_OUT"
+    wait "$reader" || fail "$name: accept-stream failed: $(cat "$(log_of "read-$name")")"
+    assert_eq "$(sha256sum <"$R/$name.bin" | cut -d' ' -f1)" "$SUM" "$name: sha256sum of the stream's copy"
+    rm -f "$R/$name.bin"
+    echo "bench peer_transfer.$name.seconds=${SECS[$name]}"
+}
+
 # socat_run NAME tls|tcp [NS1 NS2]: the same file through socat (in those namespaces: the
 # receiver in NS1 at 10.77.0.1); SECS[NAME].
 socat_run() {
@@ -126,6 +145,8 @@ ours ours_tls b a "$R/in-a" rtt_during
 note "round trips during the transfer: $RTT"
 socat_run socat_tls tls
 socat_run socat_tcp tcp
+note "loopback: the same bytes as a byte stream (TLS), timed until the reader has them all"
+ours_stream ours_stream_tls b a
 note "loopback: encryption = none"
 ours ours_plain d c "$R/in-c"
 note "across the veth pair: TLS"
@@ -136,6 +157,7 @@ ratio() { awk -v a="${SECS[$2]}" -v b="${SECS[$1]}" 'BEGIN { printf "%.3f", a / 
 echo "bench peer_transfer.bytes=$BYTES"
 echo "bench peer_transfer.ratio_tls_vs_socat_tls=$(ratio ours_tls socat_tls)"
 echo "bench peer_transfer.ratio_tls_vs_socat_tcp=$(ratio ours_tls socat_tcp)"
+echo "bench peer_transfer.ratio_stream_tls_vs_socat_tls=$(ratio ours_stream_tls socat_tls)"
 echo "bench peer_transfer.ratio_plain_vs_socat_tcp=$(ratio ours_plain socat_tcp)"
 echo "bench peer_transfer.ratio_tls_vs_socat_tls_veth=$(ratio ours_tls_veth socat_tls_veth)"
 for k in p50_ms p99_ms; do

@@ -1,0 +1,154 @@
+import Session
+
+/// The byte stream rules (`StreamTable`) driven by a program read from the input: an opener
+/// (the dialer) and a receiver (the listener) open, write, finish and close streams and hand
+/// each other the frames their lanes would write, while frames a lying peer could send are
+/// injected into either side.
+///
+/// Properties, after every step:
+/// - a frame a side rejects or ignores (`violation`, `refused`, `ignored`) changes no stream
+///   but the one it names;
+/// - the bytes the receiver got on a stream are a prefix of what the opener wrote on it, in
+///   order (streams touched by an injected frame aside), and all of them once the opener
+///   hears the receiver's normal close;
+/// - the receiver never has more incoming streams open than its limit;
+/// - every frame a side builds encodes, and decodes back to itself.
+enum StreamTableTarget {
+    /// One side: its stream table, its id space and its send lanes.
+    struct Side {
+        var table = StreamTable()
+        var ids: ResourceTable
+        var scheduler = SendScheduler()
+        var credit = SendCredit(connection: .max / 2, stream: .max / 2)
+
+        init(_ role: Role) { ids = ResourceTable(role: role) }
+
+        /// A frame from the other side, its STREAM_OPEN id claimed first (as a connection does).
+        mutating func receive(_ f: Frame) -> StreamTable.Event? {
+            if case .streamOpen(let id, _) = f, let why = ids.claimPeerID(id) {
+                return .violation(id: id, why: why, reply: .streamClose(streamID: id, reason: .protocolError))
+            }
+            return table.received(f)
+        }
+
+        /// What the lanes hold, in order.
+        mutating func drain() -> [Frame] {
+            var out: [Frame] = []
+            while let f = scheduler.next(credit: &credit) { out.append(f) }
+            return out
+        }
+    }
+
+    static func run(_ input: [UInt8]) throws(PropertyViolation) {
+        var reader = ByteReader(input)
+        var opener = Side(.dialer), receiver = Side(.listener)
+        var written: [UInt32: [UInt8]] = [:]
+        var got: [UInt32: [UInt8]] = [:]
+        var tainted: Set<UInt32> = []
+        var steps = 0
+        while !reader.isAtEnd && steps < 200 {
+            steps += 1
+            let op = reader.byte()
+            let arg = reader.byte()
+            let outgoing = opener.table.streams.keys.sorted()
+            let pick = outgoing.isEmpty ? UInt32(arg) : outgoing[Int(arg) % outgoing.count]
+            switch op % 8 {
+            case 0:
+                let id = opener.ids.reserveID()
+                guard let f = try? opener.table.open(id: id, name: "s\(arg)") else { throw PropertyViolation("a valid name was refused") }
+                try checkEncodes(f)
+                written[id] = []
+                try deliver(f, to: &receiver, &got, written, tainted)
+            case 1:
+                let n = Int(arg) * 997 % 150_000
+                let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &+ Int(pick)) }
+                if opener.table.write(pick, bytes) { written[pick, default: []] += bytes }
+            case 2:
+                _ = opener.table.finish(pick)
+            case 3:
+                if let f = opener.table.close(pick, reason: Reason(rawValue: UInt16(arg % 24) + 1)) {
+                    try checkEncodes(f)
+                    try deliver(f, to: &receiver, &got, written, tainted)
+                }
+            case 4:
+                _ = opener.table.refill(&opener.scheduler, limit: Int(arg % 6) + 1)
+                for f in opener.drain() {
+                    try checkEncodes(f)
+                    try deliver(f, to: &receiver, &got, written, tainted)
+                }
+                // The receiver's application takes everything at once and confirms each end.
+                for (id, s) in receiver.table.streams where s.phase == .closing {
+                    guard let confirm = receiver.table.close(id, reason: .normal) else { continue }
+                    let event = opener.receive(confirm)
+                    if case .closed(id, .normal)? = event, !tainted.contains(id) {
+                        try check(got[id, default: []] == written[id, default: []],
+                                  "stream \(id) confirmed with \(got[id, default: []].count) of \(written[id, default: []].count) bytes")
+                    }
+                }
+            case 5:
+                let incoming = receiver.table.streams.keys.sorted()
+                guard !incoming.isEmpty else { break }
+                let id = incoming[Int(arg) % incoming.count]
+                if let f = receiver.table.close(id, reason: Reason(rawValue: UInt16(arg % 24) + 1)) {
+                    try checkEncodes(f)
+                    _ = opener.receive(f)
+                }
+            default:
+                // A frame from a lying peer, into either side.
+                let id = UInt32(reader.byte() % 12) + 1  // stream frames carry a non-zero id
+                let frame: Frame = switch arg % 3 {
+                case 0: .streamOpen(streamID: id, name: "x")
+                case 1: .streamData(streamID: id, data: reader.shortBlob())
+                default: .streamClose(streamID: id, reason: Reason(rawValue: UInt16(reader.byte() % 24)))
+                }
+                tainted.insert(id)
+                if op % 8 == 6 {
+                    try injected(frame, into: &receiver)
+                } else {
+                    try injected(frame, into: &opener)
+                }
+            }
+            let incoming = receiver.table.streams.values.filter { !$0.outgoing }.count
+            try check(incoming <= StreamTable.defaultMaxIncoming, "\(incoming) incoming streams open")
+        }
+    }
+
+    /// An honest frame from the opener: the receiver's data must follow what was written.
+    private static func deliver(_ f: Frame, to receiver: inout Side, _ got: inout [UInt32: [UInt8]], _ written: [UInt32: [UInt8]],
+                                _ tainted: Set<UInt32>) throws(PropertyViolation) {
+        guard case .data(let id, let bytes)? = receiver.receive(f) else { return }
+        got[id, default: []] += bytes
+        guard !tainted.contains(id) else { return }
+        let sent = written[id, default: []]
+        let have = got[id, default: []]
+        try check(have.count <= sent.count && sent[..<have.count].elementsEqual(have),
+                  "stream \(id): the receiver's \(have.count) bytes are not what the opener wrote first")
+    }
+
+    /// A frame from a lying peer: whatever `side` makes of it, only the stream it names may change.
+    private static func injected(_ f: Frame, into side: inout Side) throws(PropertyViolation) {
+        let before = side.table.streams
+        let event = side.receive(f)
+        switch event {
+        case .violation?, .refused?, .ignored?:
+            var after = side.table.streams
+            var others = before
+            after[f.streamID] = nil
+            others[f.streamID] = nil
+            try check(after == others, "\(f) changed other streams (\(String(describing: event)))")
+        default:
+            break
+        }
+        if case .violation(_, _, let reply)? = event { try checkEncodes(reply) }
+        if case .refused(_, let reply)? = event { try checkEncodes(reply) }
+    }
+
+    private static func checkEncodes(_ f: Frame) throws(PropertyViolation) {
+        let bytes: [UInt8]
+        do { bytes = try FrameEncoder.encode(f) } catch { throw PropertyViolation("\(f) does not encode: \(error)") }
+        var decoder = FrameDecoder()
+        decoder.append(bytes[...])
+        let back = try? decoder.nextFrame()
+        try check(back == f, "\(f) decodes as \(String(describing: back))")
+    }
+}

@@ -1,0 +1,123 @@
+// Linux Dispatch has no Sendable annotations; its queues are thread-safe.
+@preconcurrency import Dispatch
+import Session
+
+/// A connection's resource and byte stream commands (from any thread): each changes the
+/// `ConnectionTransfers` under the connection's lock, queues what it asks, writes, and
+/// delivers the events and wakeups after the lock, as the connection's own turns do.
+extension PeerConnection {
+    // MARK: Resources (from any thread)
+
+    /// Offers `file` to the peer as `name`: the resource's id on this connection, or nil
+    /// when the session is not up. Its bytes are read when the peer accepts. `bind` gets the
+    /// id before the offer can go, so the caller knows it before any answer is reported.
+    public func offerResource(_ file: OutgoingFile, name: String, bind: (UInt32) -> Void = { _ in }) -> UInt32? {
+        let (id, events) = state.withLock { s -> (UInt32?, [Delivered]) in
+            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
+            let (id, frame) = s.transfers.offer(file, name: name, now: .now)
+            bind(id)
+            enqueue(frame, &s)
+            pump(&s)
+            return (id, takeLater(&s))
+        }
+        deliver(events, [])
+        return id
+    }
+
+    /// Accepts the peer's offer `id` into `inbox` (resuming a part it left before). The part
+    /// is opened off the connection's queue: resuming hashes what it holds again, which for
+    /// a large part takes long enough to miss the peer's pings.
+    public func acceptResource(_ id: UInt32, into inbox: Inbox) {
+        guard let (offer, peer) = state.withLock({ s in s.transfers.pendingOffer(id).flatMap { o in s.machine.peerID.map { (o, $0) } } }) else {
+            return
+        }
+        DispatchQueue.global().async { [self] in
+            let file: IncomingFile
+            do throws(InboxError) {
+                file = try inbox.receive(offer, from: peer)
+            } catch {
+                return declineResource(id, reason: error.reason, detail: error.description)
+            }
+            transfers { s in s.transfers.accept(id, file: file, now: .now) }
+        }
+    }
+
+    /// Declines the peer's offer `id`.
+    public func declineResource(_ id: UInt32, reason: Reason, detail: String) {
+        transfers { s in s.transfers.decline(id, reason: reason, detail: detail) }
+    }
+
+    /// Ends resource `id` (either way) from this side.
+    public func cancelResource(_ id: UInt32, reason: Reason, detail: String) {
+        transfers { s in s.transfers.cancel(id, reason: reason, detail: detail) }
+    }
+
+    // MARK: Byte streams (from any thread)
+
+    /// Opens a byte stream to the peer named `name` (MultipeerConnectivity's `startStream`):
+    /// its id on this connection, or nil when the session is not up. Bytes may follow at once
+    /// (`writeStream`); the peer may decline it (reported as `streamEnded`). `bind` gets the
+    /// id before STREAM_OPEN can go, so the caller knows it before any answer is reported.
+    public func openStream(name: String, bind: (UInt32) -> Void = { _ in }) throws(PeerError) -> UInt32? {
+        let (id, events) = try state.withLock { s throws(PeerError) -> (UInt32?, [Delivered]) in
+            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
+            let opened: (id: UInt32, frame: Frame)
+            do { opened = try s.transfers.openStream(name: name) } catch { throw .invalid("name", "\(error)") }
+            bind(opened.id)
+            enqueue(opened.frame, &s)
+            pump(&s)
+            return (opened.id, takeLater(&s))
+        }
+        deliver(events, [])
+        return id
+    }
+
+    /// Gives outgoing stream `id` its next bytes. `done(true)` once they are all in the send
+    /// lanes (give the next then: a stream holds one batch and four frames at most, so the
+    /// peer's credit paces the writer), `done(false)` when the stream or the connection ended
+    /// first. `done` runs outside the connection's lock, perhaps at once on this thread.
+    public func writeStream(_ id: UInt32, _ chunks: [[UInt8]], done: @escaping @Sendable (Bool) -> Void) {
+        let (events, waiters) = state.withLock { s -> ([Delivered], [RoomWaiter]) in
+            if s.closed { return ([.wake(done, false)], []) }
+            var events: [Delivered] = []
+            apply(s.transfers.writeStream(id, chunks, done: done), &s, &events)
+            // Written from the caller's thread, as `send(messages:)` is.
+            pump(&s)
+            events += takeLater(&s)
+            return (events, roomForWaiters(&s))
+        }
+        deliver(events, waiters)
+    }
+
+    /// Ends outgoing stream `id` normally: its close follows the bytes given so far, and the
+    /// receiver's close (`streamEnded` with `.normal`) says it took them all.
+    public func finishStream(_ id: UInt32) {
+        transfers { s in
+            _ = s.transfers.finishStream(id)
+            return ConnectionTransfers.Outcome()
+        }
+    }
+
+    /// Ends stream `id` from this side, either way: `.normal` answers an opener's close once
+    /// the application has every byte (`streamFinished`); another reason stops it at once.
+    public func closeStream(_ id: UInt32, reason: Reason, detail: String) {
+        transfers { s in s.transfers.closeStream(id, reason: reason, detail: detail) }
+    }
+
+    /// The application took `bytes` of incoming stream `id`: they go back to the peer's window.
+    public func consumedStream(_ id: UInt32, bytes: Int) {
+        input(.consumed(streamID: id, bytes: bytes))
+    }
+
+    private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
+        queue.async { [self] in
+            var events: [Delivered] = []
+            let waiters = state.withLock { s -> [RoomWaiter] in
+                guard !s.closed else { return [] }
+                apply(body(&s), &s, &events)
+                return endOfTurn(&s, &events)
+            }
+            deliver(events, waiters)
+        }
+    }
+}
