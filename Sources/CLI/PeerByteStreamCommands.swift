@@ -104,7 +104,11 @@ enum PeerByteStreamCommands {
                 failure = "writing to the stream: \(error)"
             }
         }
-        // The end of the socket ends the stream normally (the daemon sends what it read first).
+        // The end of the socket ends the stream normally (the daemon sends what it read first):
+        // after a failure the stream is stopped first, so a cut input never reads as whole.
+        if failure != nil {
+            _ = try? context.perform(RPCCall(method: ControlMethod.peerCloseStream, params: ["stream": r["stream"] ?? .null]), on: client)
+        }
         closeQuietly(fd)
         let closed = try closingEvent(r["stream"], client)
         if context.json, let closed { context.print(JSONValue.object(["topic": .string(ControlEvent.peerStreamClosed), "data": closed]).description) }

@@ -66,7 +66,15 @@ final class PeerByteStream: Sendable {
     /// Reads the client's socket `fd` (ours; the stream owns it) into the stream.
     func startWriting(from fd: Int32) {
         let channel = Channel(fd: fd, mode: .stream, label: "byte-stream.\(number)", outboxLimit: 1, readLimit: Wire.maxPayload, batchLimit: 4)
-        state.withLock { $0.channel = channel }
+        // The stream may have ended already (declined, or its session gone, before the reply).
+        let ended = state.withLock { s -> Bool in
+            if !s.ended { s.channel = channel }
+            return s.ended
+        }
+        if ended {
+            channel.close()
+            return
+        }
         channel.start(onInput: { [weak self] chunks in self?.send(chunks, channel) },
                       onEnd: { [weak self] end in self?.writerEnded(end) })
     }
@@ -89,7 +97,8 @@ final class PeerByteStream: Sendable {
     /// A client takes the stream: its bytes go to the socket `fd` (ours; the stream owns it),
     /// those that arrived meanwhile first. False when it was taken or has ended.
     func accept(into fd: Int32, owner: UInt64) -> Bool {
-        let channel = Channel(fd: fd, mode: .stream, label: "byte-stream.\(number)", outboxLimit: 4 * Wire.maxPayload)
+        // One chunk at most waits here beyond the socket: credit goes back about as the reader reads.
+        let channel = Channel(fd: fd, mode: .stream, label: "byte-stream.\(number)", outboxLimit: Wire.maxPayload)
         let taken = state.withLock { s -> Bool in
             guard s.channel == nil, !s.ended, !s.closing else { return false }
             s.channel = channel
@@ -162,9 +171,14 @@ final class PeerByteStream: Sendable {
             }
         }
         if done {
+            // Also called when the channel closed first (the reader's socket failed): then
+            // not every byte reached it, and the opener must not hear `normal`.
             channel.whenFlushed { [ref] in
-                channel.close()
-                ref.close(reason: .normal, detail: "every byte was written to the client")
+                if channel.close() {
+                    ref.close(reason: .normal, detail: "every byte was written to the client")
+                } else {
+                    ref.close(reason: .cancelled, detail: "the reading client's socket closed before every byte was written")
+                }
             }
         }
     }
@@ -245,7 +259,7 @@ final class PeerByteStreams: Sendable {
         }
         guard let stream = box.withLock({ $0 }) else { throw .internalError("the stream was opened but not registered") }
         stream.startWriting(from: ours)
-        rc.onConnectionClose { stream.ref.close(reason: .cancelled, detail: "the opening client's control connection closed") }
+        rc.onConnectionClose { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the opening client's control connection closed") }
         rc.passWithReply(theirs)
         return stream
     }
@@ -263,7 +277,7 @@ final class PeerByteStreams: Sendable {
             closeQuietly(theirs)
             throw Self.invalidState("stream \(number) was accepted by another client, or has ended")
         }
-        rc.onConnectionClose { stream.ref.close(reason: .cancelled, detail: "the reading client's control connection closed") }
+        rc.onConnectionClose { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the reading client's control connection closed") }
         rc.passWithReply(theirs)
         return stream
     }

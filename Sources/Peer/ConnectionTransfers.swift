@@ -54,6 +54,9 @@ struct ConnectionTransfers {
         var frames: [Frame] = []
         /// Flow-controlled bytes used up (their window goes back to the peer).
         var consumed: [(id: UInt32, bytes: Int)] = []
+        /// Bytes of streams that ended before the application took them: back to the
+        /// connection's window only.
+        var released = 0
         /// Resources whose queued bulk frames must go (they ended).
         var dropped: [UInt32] = []
         /// For the application.
@@ -91,6 +94,9 @@ struct ConnectionTransfers {
     private var streams = StreamTable()
     /// Per outgoing stream, the writer whose bytes wait for the lanes (one batch at a time).
     private var streamWriters: [UInt32: @Sendable (Bool) -> Void] = [:]
+    /// Per incoming stream, bytes handed to the application and not yet taken: whatever it
+    /// does, they go back to the window (taken, or released when the stream ends).
+    private var unconsumed: [UInt32: Int] = [:]
 
     init(role: Role) { table = ResourceTable(role: role) }
 
@@ -220,13 +226,28 @@ struct ConnectionTransfers {
         guard let stream = streams.streams[id], let frame = streams.close(id, reason: reason) else { return out }
         out.frames.append(frame)
         out.dropped.append(id)
-        endStream(stream, reason, detail, byPeer: false, &out)
+        // The reason sent (a `normal` that confirms nothing goes as `cancelled`).
+        guard case .streamClose(_, let sent) = frame else { return out }
+        endStream(stream, sent, detail, byPeer: false, &out)
         return out
     }
 
-    /// Reports `stream`'s end, and tells its writer it will take no more.
+    /// The application took `bytes` of incoming stream `id`: they go back to the window. Bytes
+    /// of a stream that has ended were released with its end.
+    mutating func consumedStream(_ id: UInt32, bytes: Int) -> Outcome {
+        var out = Outcome()
+        guard let waiting = unconsumed[id], bytes > 0 else { return out }
+        let n = min(bytes, waiting)
+        unconsumed[id] = waiting - n
+        out.consumed.append((id, n))
+        return out
+    }
+
+    /// Reports `stream`'s end, tells its writer it will take no more, and releases what its
+    /// application never took.
     private mutating func endStream(_ stream: StreamTable.Stream, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) {
         if let w = streamWriters.removeValue(forKey: stream.id) { out.wakeups.append((w, false)) }
+        if let n = unconsumed.removeValue(forKey: stream.id) { out.released += n }
         out.events.append(.streamEnded(id: stream.id, outgoing: stream.outgoing, reason: reason, detail: detail, byPeer: byPeer,
                                        bytes: stream.bytes))
     }
@@ -248,6 +269,7 @@ struct ConnectionTransfers {
         case .opened(let id, let name)?:
             out.events.append(.streamOpened(id: id, name: name))
         case .data(let id, let bytes)?:
+            unconsumed[id, default: 0] += bytes.count
             out.events.append(.streamData(id: id, bytes: bytes))
         case .finished(let id)?:
             out.events.append(.streamFinished(id: id))
@@ -287,10 +309,8 @@ struct ConnectionTransfers {
             var position = t.position
             while scheduler.queuedFrames(on: id) < Self.queuedChunks {
                 if position == t.offer.size {
-                    // DONE goes only when the scheduler takes it (a full queue answers busy
-                    // and would drop it): otherwise the next refill tries again.
-                    guard scheduler.canAccept(byteCount: Wire.headerSize + 64), let done = try? table.finishSending(id) else { break }
-                    _ = scheduler.enqueue(done)
+                    // DONE follows the last chunk (the scheduler always takes a frame without data).
+                    guard let done = try? table.finishSending(id), scheduler.enqueue(done) == .queued else { break }
                     sending[id]?.doneQueued = true
                     break
                 }
@@ -388,5 +408,6 @@ struct ConnectionTransfers {
         out.dropped += o.dropped
         out.events += o.events
         out.wakeups += o.wakeups
+        out.released += o.released
     }
 }

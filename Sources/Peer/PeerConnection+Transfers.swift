@@ -106,7 +106,7 @@ extension PeerConnection {
 
     /// The application took `bytes` of incoming stream `id`: they go back to the peer's window.
     public func consumedStream(_ id: UInt32, bytes: Int) {
-        input(.consumed(streamID: id, bytes: bytes))
+        transfers { s in s.transfers.consumedStream(id, bytes: bytes) }
     }
 
     private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {

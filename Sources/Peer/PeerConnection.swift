@@ -376,6 +376,7 @@ public final class PeerConnection: Sendable {
         events += o.wakeups.map { .wake($0.0, $0.1) }
         for id in o.dropped where !s.transfers.isLive(id) { _ = s.machine.handle(.streamEnded(streamID: id), now: .now) }
         for (id, n) in o.consumed { perform(s.machine.handle(.consumed(streamID: id, bytes: n), now: .now), &s, &events) }
+        if o.released > 0 { perform(s.machine.handle(.released(bytes: o.released), now: .now), &s, &events) }
     }
 
     /// A frame of the machine's into its lane. HELLO, and the CLOSE that may follow it before

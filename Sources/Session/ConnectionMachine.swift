@@ -89,6 +89,8 @@ public struct ConnectionMachine: Sendable {
                 sendCredit.remove(id)
                 receiveCredit.remove(id)
             }
+        case .released(let bytes):
+            if state == .connected, bytes > 0, let credit = receiveCredit.released(bytes) { out.append(.send(credit)) }
         case .holdMessageCredit(let hold):
             if hold {
                 if heldMessageBytes == nil { heldMessageBytes = 0 }

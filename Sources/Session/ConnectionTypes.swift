@@ -97,6 +97,11 @@ public enum ConnectionInput: Sendable, Hashable {
     /// flow-control entries go, so ids a peer makes up cost no memory. Bytes it consumed
     /// still count for the connection.
     case streamEnded(streamID: UInt32)
+    /// Bytes of a stream that ended before the application took them (a reader that went
+    /// away, a stream nobody accepted): they go back to the connection's window only (a
+    /// CREDIT on stream 0 with no stream bytes when half a window is due), so streams that
+    /// end unread never shrink the window the session's other traffic shares.
+    case released(bytes: Int)
     /// The application cannot take more messages now (true) or can again (false). While
     /// held, arriving MESSAGE bytes are counted but not returned to the peer, so its window
     /// for messages runs out and it stops sending (back-pressure without pausing the

@@ -117,6 +117,17 @@ public struct ReceiveCredit: Sendable, Hashable {
         return .credit(streamID: id, streamBytes: UInt32(clamping: s), connectionBytes: UInt32(clamping: c))
     }
 
+    /// Bytes of an ended stream that were never consumed: returned to the connection's window
+    /// alone (the stream is gone); a CREDIT on stream 0 with no stream bytes, when due.
+    public mutating func released(_ bytes: Int) -> Frame? {
+        pendingConnection += bytes
+        guard pendingConnection >= connectionWindow / 2 else { return nil }
+        let c = pendingConnection
+        pendingConnection = 0
+        connection += c
+        return .credit(streamID: 0, streamBytes: 0, connectionBytes: UInt32(clamping: c))
+    }
+
     /// Forgets a finished stream (bytes it consumed still count for the connection).
     public mutating func remove(_ id: UInt32) {
         streams[id] = nil

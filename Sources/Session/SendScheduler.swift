@@ -131,9 +131,12 @@ public struct SendScheduler: Sendable {
     public mutating func enqueue(_ frames: [Frame]) -> EnqueueResult {
         let lanes = frames.map(SendLane.of)
         let controls = lanes.filter { $0 == .control }.count
-        let dataSize = zip(frames, lanes).reduce(0) { $0 + ($1.1 == .reliable || $1.1 == .bulk ? Self.size($1.0) : 0) }
+        // Only data counts against the bound: a bulk frame without payload (RESOURCE_DONE, a
+        // normal STREAM_CLOSE) ends what its data began and is always taken, so a full queue
+        // never drops an end nor turns it into a `busy` close.
+        let dataSize = frames.reduce(0) { $0 + ($1.type.isFlowControlled ? Self.size($1) : 0) }
         if controls > 0 && control.count + controls > maxControlFrames { return .busy }
-        if lanes.contains(where: { $0 == .reliable || $0 == .bulk }) && !canAccept(byteCount: dataSize) { return .busy }
+        if frames.contains(where: { $0.type.isFlowControlled }) && !canAccept(byteCount: dataSize) { return .busy }
         for frame in frames {
             switch SendLane.of(frame) {
             case .control: control.append(frame)

@@ -130,13 +130,15 @@ public struct StreamTable: Sendable {
     }
 
     /// Ends stream `id` from this side, either way, at once (pending bytes dropped): the
-    /// STREAM_CLOSE to send, or nil when it had ended. `.normal` on an incoming stream is
-    /// the answer to the opener's close (`finished`); otherwise give a reason (`cancelled`,
-    /// `declined`, …).
+    /// STREAM_CLOSE to send, or nil when it had ended. `.normal` is only the answer to the
+    /// opener's close (an incoming stream `finished`): anywhere else it would tell the other
+    /// side every byte arrived, so it is sent as `cancelled`. Otherwise give a reason
+    /// (`cancelled`, `declined`, …).
     public mutating func close(_ id: UInt32, reason: Reason) -> Frame? {
-        guard streams[id] != nil else { return nil }
+        guard let s = streams[id] else { return nil }
         end(id)
-        return .streamClose(streamID: id, reason: reason)
+        let confirms = !s.outgoing && s.phase == .closing
+        return .streamClose(streamID: id, reason: reason == .normal && !confirms ? .cancelled : reason)
     }
 
     /// The connection ended: every stream in progress, for the caller to report.
@@ -172,9 +174,8 @@ public struct StreamTable: Sendable {
             guard pending[id]?.isEmpty ?? true else { continue }
             pending[id] = nil
             if had { drained.append(id) }
-            // The close only when the scheduler takes it: a full queue would drop it.
-            if streams[id]?.phase == .finishing, scheduler.canAccept(byteCount: Wire.headerSize + 2) {
-                _ = scheduler.enqueue(.streamClose(streamID: id, reason: .normal))
+            // The close follows the last byte (the scheduler always takes a frame without data).
+            if streams[id]?.phase == .finishing, scheduler.enqueue(.streamClose(streamID: id, reason: .normal)) == .queued {
                 streams[id]?.phase = .closing
             }
         }

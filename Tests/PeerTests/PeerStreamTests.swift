@@ -121,6 +121,31 @@ import Testing
         #expect(await a.wait("finished") { if case .stream(.finished(incoming)) = $0 { true } else { false } } != nil)
     }
 
+    /// Streams that end unread (declined after their window arrived) give the connection's
+    /// window back: after six of them (1.5 MiB, more than the 1 MiB window) a message still
+    /// goes through.
+    @Test func streamsEndedUnreadGiveTheWindowBack() async throws {
+        let (a, b) = try await Self.pair(consume: false)
+        defer { a.node.stop(); b.node.stop() }
+        for i in 0..<6 {
+            let ref = try b.node.openStream(to: a.node.peerID, name: "unread-\(i)")
+            for _ in 0..<4 { _ = await Self.write(ref, [Self.content(65_536)]) }
+            guard case .stream(.opened(let incoming, _))? = await a.wait("opened \(i)", { if case .stream(.opened(_, "unread-\(i)")) = $0 { true } else { false } }) else {
+                Issue.record("stream \(i) was not reported")
+                return
+            }
+            let full = await a.signal.wait(timeout: .seconds(10)) { Self.received(a, incoming).count == FlowWindow.initialStream }
+            #expect(full, "stream \(i): its window's worth arrived")
+            incoming.close(reason: .declined, detail: "not read")
+            let ends = await b.signal.wait(timeout: .seconds(10)) { b.count { if case .stream(.ended(_, true, .declined, _, _, _)) = $0 { true } else { false } } == i + 1 }
+            #expect(ends, "stream \(i): the writer heard the decline")
+        }
+        let message = Self.content(700_000)
+        _ = try await b.node.send(message, to: [a.node.peerID], reliable: true)
+        let got = await a.wait("message") { if case .message(_, let m, true) = $0 { m.count == message.count } else { false } }
+        #expect(got != nil, "the message went through the connection's window")
+    }
+
     @Test func aDeclinedStreamEndsOnBothSides() async throws {
         let (a, b) = try await Self.pair()
         defer { a.node.stop(); b.node.stop() }

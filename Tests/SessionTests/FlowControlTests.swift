@@ -94,6 +94,15 @@ import Testing
             if let c = many.consumed(110_000, on: id) { grants.append(c) }
         }
         #expect(grants == [.credit(streamID: 5, streamBytes: 110_000, connectionBytes: 550_000)])
+        // Bytes of ended streams nobody took go back to the connection alone.
+        var released = ReceiveCredit()
+        #expect(throws: Never.self) {
+            try released.received(200_000, on: 3)
+            try released.received(100_000, on: 5)
+        }
+        #expect(released.released(300_000) == nil)
+        #expect(released.released(300_000) == .credit(streamID: 0, streamBytes: 0, connectionBytes: 600_000))
+        #expect(released.connection == 1_048_576 - 300_000 + 600_000 && released.remaining(on: 0) == 256 * 1024)
     }
 
     @Test func controlAndMessagesNeverWaitBehindMoreThanOneBulkFrame() {
@@ -154,6 +163,9 @@ import Testing
         #expect(!s.canAccept(byteCount: 1))
         #expect(s.enqueue(Self.fragment(2, 1)) == .busy)
         #expect(s.enqueue(Self.data(1, 1)) == .busy)
+        // The end of a resource or a stream carries no data: a full queue still takes it after
+        // its data (dropped or answered busy, the transfer would hang or the session close).
+        #expect(s.enqueue(.resourceDone(resourceID: 3)) == .queued && s.enqueue(.streamClose(streamID: 5, reason: .normal)) == .queued)
         // Control frames still go in (bounded by count).
         #expect(s.enqueue(.pong(1)) == .queued)
         var credit = SendCredit(connection: 1 << 30, stream: 1 << 30)
