@@ -110,7 +110,7 @@ enum PeerByteStreamCommands {
             _ = try? context.perform(RPCCall(method: ControlMethod.peerCloseStream, params: ["stream": r["stream"] ?? .null]), on: client)
         }
         closeQuietly(fd)
-        let closed = try closingEvent(r["stream"], client)
+        let closed = closingEvent(r["stream"], client)
         if context.json, let closed { context.print(JSONValue.object(["topic": .string(ControlEvent.peerStreamClosed), "data": closed]).description) }
         let reason = closed?["reason"]?.stringValue ?? "unknown (the daemon's connection ended)"
         if !context.json {
@@ -175,7 +175,7 @@ enum PeerByteStreamCommands {
         }
         // Closing early (a write that failed) stops the stream: the opener hears 'cancelled'.
         closeQuietly(fd)
-        let closed = try closingEvent(r["stream"], client)
+        let closed = closingEvent(r["stream"], client)
         if context.json, let closed { context.print(JSONValue.object(["topic": .string(ControlEvent.peerStreamClosed), "data": closed]).description) }
         let reason = closed?["reason"]?.stringValue ?? "unknown (the daemon's connection ended)"
         let whole = failure == nil && reason == "normal"
@@ -224,10 +224,11 @@ enum PeerByteStreamCommands {
     }
 
     /// The `peer.stream-closed` event of stream `number` (sent to this connection), or nil
-    /// when the connection ends first.
-    private static func closingEvent(_ number: JSONValue?, _ client: ControlClient) throws(CLIError) -> JSONValue? {
+    /// when the connection ends first (the daemon stopped or died: the stream did not end
+    /// normally, and the caller still cleans up).
+    private static func closingEvent(_ number: JSONValue?, _ client: ControlClient) -> JSONValue? {
         let events = EventReader(client: client, seconds: nil)
-        while let e = try events.next() {
+        while let e = try? events.next() {
             if e["topic"]?.stringValue == ControlEvent.peerStreamClosed, e["data"]?["stream"] == number { return e["data"] }
         }
         return nil
