@@ -14,7 +14,9 @@
 #                  --show-bin-path`, else <repo>/.build/debug)
 #   LAB_KERNEL     kernel image (default: newest /boot/vmlinuz-*)
 #   LAB_RESULTS_DIR where results go (default: <repo>/.build/lab/<time>)
-#   LAB_TIMEOUT    whole run, seconds (default 1800)
+#   LAB_TIMEOUT    whole run, seconds (default 2700: a guard against a hung
+#                  guest, not a target; the 29 scenarios take 25 to 30 min
+#                  on a 2-core machine without KVM)
 #   LAB_SCENARIO_TIMEOUT per scenario, seconds (default 120; a scenario can
 #                  say `# timeout: N`)
 #   LAB_CPUS, LAB_MEMORY  guest size (default 2, 2G)
@@ -26,7 +28,7 @@
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LAB_DIR="$REPO/Tests/Lab"
-LAB_TIMEOUT=${LAB_TIMEOUT:-1800}
+LAB_TIMEOUT=${LAB_TIMEOUT:-2700}
 
 # verdict PASSED FAILED: the last line, and the exit status.
 verdict() {
