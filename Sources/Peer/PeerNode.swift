@@ -657,10 +657,12 @@ public final class PeerNode: Sendable {
         return fd
     }
 
-    /// Runs blocking `body` (a name lookup) on a thread outside the cooperative pool.
+    /// Runs blocking `body` (a name lookup, hashing a file) on a thread of its own: not the
+    /// cooperative pool, and not a Dispatch global queue, which on Linux runs only a few
+    /// blocks at once (a lookup that hangs would hold up the node's timers queued there).
     static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { k in
-            DispatchQueue.global(qos: .userInitiated).async { k.resume(with: Result { try body() }) }
+            Thread.detachNewThread { k.resume(with: Result { try body() }) }
         }
     }
 }

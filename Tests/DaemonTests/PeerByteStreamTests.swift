@@ -54,8 +54,8 @@ extension PeerCapabilityTests {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17
             return UInt8(truncatingIfNeeded: x)
         }
-        async let got = Self.offPool { try Self.readToEnd(reader) }
-        let wrote = try await Self.offPool { () -> String? in
+        async let got = onThread { try Self.readToEnd(reader) }
+        let wrote = await onThread { () -> String? in
             defer { closeQuietly(writer) }  // the end of the stream
             do { try SocketIO.sendAll(writer, bytes) } catch { return "\(error)" }
             return nil

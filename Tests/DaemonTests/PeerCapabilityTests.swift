@@ -44,7 +44,7 @@ import Glibc
         }
     }
 
-    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> OnThread<T> { OnThread(body) }
+    static func startThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> OnThread<T> { OnThread(body) }
 
     @Test func identityIsMadeOnceAndKept() async throws {
         let bus = try PrivateBus()
@@ -82,7 +82,7 @@ import Glibc
         let context = Data("join my game".utf8).base64EncodedString()
         // On a thread started here: a task would need a thread of the cooperative pool (two on
         // this machine), which the other suites' blocking calls may all hold meanwhile.
-        let dial = Self.onThread {
+        let dial = Self.startThread {
             try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)"), "context_base64": .string(context)])
         }
         let inv: JSONValue
@@ -316,13 +316,6 @@ extension PeerCapabilityTests {
         return n == 0 ? nil : Array(buffer[..<n])
     }
 
-    /// Runs blocking `body` on a thread of its own and awaits it without holding a thread of
-    /// the cooperative pool (two on a small machine, shared by every suite running meanwhile:
-    /// a test blocking them for long starves the others' tasks).
-    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { k in Thread { k.resume(with: Result { try body() }) }.start() }
-    }
-
     /// Two daemons on one private bus (both accepting every invitation), b connected to a and
     /// a's session reported to `aWatch` (subscribed to `peer` events): where the stream tests
     /// start.
@@ -376,7 +369,7 @@ extension PeerCapabilityTests {
 
         // 1000 messages of mixed sizes (one of the largest the stream carries) b → a, echoed
         // by a's client → b, in order.
-        let messages: [[UInt8]] = try await Self.offPool { (0..<1000).map { i in
+        let messages: [[UInt8]] = try await onThread { (0..<1000).map { i in
             var rng = SystemRandomNumberGenerator()
             let size = i == 500 ? limit : i % 20 == 0 ? Int.random(in: 60_000...200_000, using: &rng) : Int.random(in: 1...3000, using: &rng)
             var m = [UInt8](repeating: 0, count: size)
@@ -387,7 +380,7 @@ extension PeerCapabilityTests {
             }
             return m
         } }
-        async let echo = Self.offPool { () -> Int in
+        async let echo = onThread { () -> Int in
             var n = 0
             while n < messages.count, let m = try Self.readPacket(aFD, max: limit) {
                 try SocketIO.sendPacket(aFD, m)
@@ -395,12 +388,12 @@ extension PeerCapabilityTests {
             }
             return n
         }
-        async let back = Self.offPool { () -> [UInt64] in
+        async let back = onThread { () -> [UInt64] in
             var got: [UInt64] = []
             while got.count < messages.count, let m = try Self.readPacket(bFD, max: limit) { got.append(Self.digest(m)) }
             return got
         }
-        try await Self.offPool { for m in messages { try SocketIO.sendPacket(bFD, m) } }
+        try await onThread { for m in messages { try SocketIO.sendPacket(bFD, m) } }
         #expect(try await echo == messages.count)
         #expect(try await back == messages.map(Self.digest), "every message once, in order, unchanged")
         let sessions = try b.call("peer.sessions")["sessions"]?.arrayValue ?? []
@@ -440,7 +433,7 @@ extension PeerCapabilityTests {
         let size = min(600_000, limit)
         @Sendable func message(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) + withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) }
         let socket = b.socketPath
-        let (sent, busy) = try await Self.offPool { () -> (Int, JSONValue?) in
+        let (sent, busy) = try await onThread { () -> (Int, JSONValue?) in
             let c = try RawClient(socket)
             var sent = 0
             while sent < 200 {
@@ -458,12 +451,12 @@ extension PeerCapabilityTests {
 
         // The client reads: everything arrives; later sends wait for room instead of failing.
         let total = sent + 5
-        async let reader = Self.offPool { () -> [[UInt8]] in
+        async let reader = onThread { () -> [[UInt8]] in
             var got: [[UInt8]] = []
             while got.count < total, let m = try Self.readPacket(fd, max: limit) { got.append(m) }
             return got
         }
-        try await Self.offPool {
+        try await onThread {
             let c = try RawClient(socket)
             for i in sent..<total {
                 _ = try c.call("peer.send", ["to": .array([.string(aID)]), "data_base64": .string(Data(message(i)).base64EncodedString())])
@@ -488,7 +481,7 @@ extension PeerCapabilityTests {
         let size = 60_000, total = 400  // 24 MB: far more than b's 8 MiB queue and the sockets
         @Sendable func message(_ i: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(i).bigEndian, Array.init) + [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size - 4) }
         let written = Mutex(0)
-        async let writer: Void = Self.offPool { for i in 0..<total { try SocketIO.sendPacket(bFD, message(i)); written.withLock { $0 += 1 } } }
+        async let writer: Void = onThread { for i in 0..<total { try SocketIO.sendPacket(bFD, message(i)); written.withLock { $0 += 1 } } }
         // a's client does not read: b's queue fills and its stream stops reading.
         var queued: Int64 = 0
         for _ in 0..<500 where queued < 6 * 1_048_576 {
@@ -497,7 +490,7 @@ extension PeerCapabilityTests {
         }
         #expect(queued >= 6 * 1_048_576 && queued <= 8 * 1_048_576, "b's queue filled to its bound: \(queued) bytes")
         #expect(written.withLock { $0 } < total, "the writer is held back")
-        let got = try await Self.offPool { () -> [UInt64] in
+        let got = try await onThread { () -> [UInt64] in
             var got: [UInt64] = []
             while got.count < total, let m = try Self.readPacket(aFD, max: limit) { got.append(Self.digest(m)) }
             return got

@@ -32,7 +32,7 @@ import Glibc
         do {
             let raw = try await RawPeer.connect(port: a.node.port)
             do {
-                let me = try await RawPeer.offPool { try raw.handshakeAsDialer() }
+                let me = try await onThread { try raw.handshakeAsDialer() }
                 #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
                 return (a, raw, me)
             } catch {
@@ -148,15 +148,15 @@ import Glibc
         let (a, raw, me) = try await Self.rawSession("strict", consumeStreams: false)
         defer { raw.close(); a.node.stop() }
         if messages { a.node.holdMessages(from: me, true) } else {
-            try await RawPeer.offPool { try raw.send(.streamOpen(streamID: 1, name: "unread")) }
+            try await onThread { try raw.send(.streamOpen(streamID: 1, name: "unread")) }
         }
         // Five full frames: the fifth is past the 256 KiB window of its stream.
         let frames: [Frame] = (0..<5).map { i in
             messages ? .message(MessageFragment(messageID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload - 4), isFinal: i == 4))
                      : .streamData(streamID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload))
         }
-        try await RawPeer.offPool { for f in frames { try raw.send(f) } }
-        let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
+        try await onThread { for f in frames { try raw.send(f) } }
+        let close = try await onThread { try raw.read { if case .close = $0 { true } else { false } } }
         guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
         #expect(reason == .flowControl && text.contains("window had 0 left"), "\(text)")
         let ended = await a.wait("disconnected") { if case .disconnected = $0 { true } else { false } }
@@ -170,8 +170,8 @@ extension PeerFlowTests {
     @Test func aCreditPastTheMaximumWindowCloses() async throws {
         let (a, raw, _) = try await Self.rawSession("strict")
         defer { raw.close(); a.node.stop() }
-        try await RawPeer.offPool { try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0)) }
-        let close = try await RawPeer.offPool { try raw.read { if case .close = $0 { true } else { false } } }
+        try await onThread { try raw.send(.credit(streamID: 0, streamBytes: UInt32(FlowWindow.maximum), connectionBytes: 0)) }
+        let close = try await onThread { try raw.read { if case .close = $0 { true } else { false } } }
         guard case .close(let reason, let text)? = close else { Issue.record("no CLOSE: \(String(describing: close))"); return }
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
@@ -183,20 +183,20 @@ extension PeerFlowTests {
         let (a, raw, me) = try await Self.rawSession("declines")
         defer { raw.close(); a.node.stop() }
         let offer = ResourceOffer(resourceID: 3, name: "../../x.png", size: 10, sha256: [UInt8](repeating: 1, count: 32), mediaType: "image/png")
-        try await RawPeer.offPool { try raw.send(.resourceOffer(offer)) }
-        let decline = try await RawPeer.offPool { try raw.read { if case .resourceDecline = $0 { true } else { false } } }
+        try await onThread { try raw.send(.resourceOffer(offer)) }
+        let decline = try await onThread { try raw.read { if case .resourceDecline = $0 { true } else { false } } }
         #expect(decline == .resourceDecline(resourceID: 3, reason: .declined))
-        try await RawPeer.offPool {
+        try await onThread {
             for (id, name) in [(5, "video"), (7, "audio"), (9, "third"), (10, "ours")] { try raw.send(.streamOpen(streamID: UInt32(id), name: name)) }
         }
         let opened = await a.wait("opened") { if case .stream(.opened(let r, "audio")) = $0 { r.id == 7 } else { false } }
         #expect(opened != nil && a.count { if case .stream(.opened) = $0 { true } else { false } } == 2)
-        let busy = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
+        let busy = try await onThread { try raw.read { if case .streamClose = $0 { true } else { false } } }
         #expect(busy == .streamClose(streamID: 9, reason: .busy))
-        let wrongSide = try await RawPeer.offPool { try raw.read { if case .streamClose = $0 { true } else { false } } }
+        let wrongSide = try await onThread { try raw.read { if case .streamClose = $0 { true } else { false } } }
         #expect(wrongSide == .streamClose(streamID: 10, reason: .protocolError))
         // The session is still up: a message arrives.
-        try await RawPeer.offPool { try raw.send(.message(MessageFragment(messageID: 1, data: Array("still here".utf8), isFinal: true))) }
+        try await onThread { try raw.send(.message(MessageFragment(messageID: 1, data: Array("still here".utf8), isFinal: true))) }
         let got = await a.wait("message") { if case .message(_, let bytes, _) = $0 { bytes == Array("still here".utf8) } else { false } }
         #expect(got != nil && a.node.sessions.first?.peer == me)
     }
@@ -225,7 +225,7 @@ final class RawPeer: Sendable {
     private init(fd: Int32) { self.fd = fd }
 
     static func connect(port: UInt16) async throws -> RawPeer {
-        try await offPool {
+        try await onThread {
             guard let address = try TCPSocket.resolve(try HostPort("127.0.0.1:\(port)")).first else { throw TestSupportError("no address") }
             let fd = try TCPSocket.startConnect(to: address)
             var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
@@ -268,10 +268,4 @@ final class RawPeer: Sendable {
         return me
     }
 
-    /// Runs blocking `body` off the cooperative pool (two threads on a small machine).
-    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { k in
-            DispatchQueue.global().async { k.resume(with: Result { try body() }) }
-        }
-    }
 }

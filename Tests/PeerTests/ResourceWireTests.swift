@@ -3,6 +3,7 @@ import Peer
 import Session
 import SystemKit
 import TLS
+import TestSupport
 import Testing
 
 /// A hand-made peer sends resources to a node, frame by frame: lies end that resource only
@@ -12,7 +13,7 @@ import Testing
     typealias Directory = InboxTests.Directory
 
     static func frame(_ raw: RawPeer, _ match: @escaping @Sendable (Frame) -> Bool) async throws -> Frame? {
-        try await RawPeer.offPool { try raw.read(until: match) }
+        try await onThread { try raw.read(until: match) }
     }
 
     static func cancelOrDone(_ f: Frame) -> Bool {
@@ -23,7 +24,7 @@ import Testing
     }
 
     static func send(_ raw: RawPeer, _ frames: [Frame]) async throws {
-        try await RawPeer.offPool { for f in frames { try raw.send(f) } }
+        try await onThread { for f in frames { try raw.send(f) } }
     }
 
     /// The session still carries messages.
@@ -111,7 +112,7 @@ import Testing
 
         let again = try await RawPeer.connect(port: a.node.port)
         defer { again.close() }
-        _ = try await RawPeer.offPool { try again.handshakeAsDialer(as: me) }
+        _ = try await onThread { try again.handshakeAsDialer(as: me) }
         try await Self.send(again, [.resourceOffer(offer)])
         #expect(try await Self.frame(again, Self.cancelOrDone) == .resourceAccept(resourceID: 1, offset: 200_000))
         try await Self.send(again, [.resourceData(resourceID: 1, data: Array(content[200_000..<250_000])),

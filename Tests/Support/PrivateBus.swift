@@ -102,8 +102,10 @@ public struct ToolResult: Sendable, CustomStringConvertible {
 /// without blocking the caller's thread. Throws when the program cannot be started.
 public func runTool(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
                     stdin: Data? = nil, timeout: Double = 30) async throws -> ToolResult {
+    // A thread of its own, not a Dispatch global queue: waiting for the child blocks it for
+    // as long as the tool runs, and those queues run only a few blocks at once (see onThread).
     try await withCheckedThrowingContinuation { (cont: CheckedContinuation<ToolResult, Error>) in
-        DispatchQueue.global().async {
+        Thread.detachNewThread {
             // Output goes to temporary files: no pipe can fill up and block the child.
             let base = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-tool-\(UUID().uuidString)").path
             let outFD = open(base + ".out", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)

@@ -34,13 +34,6 @@ import Glibc
 
     typealias Signal = AsyncSignal
 
-    /// Runs blocking `body` on a thread of its own (not the cooperative pool's).
-    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { c in
-            Thread { c.resume(with: Result { try body() }) }.start()
-        }
-    }
-
     static func pair(_ type: Int32) throws -> (Int32, Int32) {
         var fds: [Int32] = [-1, -1]
         try syscall("socketpair") { socketpair(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) }
@@ -184,7 +177,7 @@ import Glibc
             room.fire()
         }
         let want = accepted.count
-        let got = try await Self.onThread { () -> [[UInt8]] in
+        let got = try await onThread { () -> [[UInt8]] in
             var got: [[UInt8]] = []
             while got.count < want, let p = try Self.receive(theirs) { got.append(p) }
             return got
@@ -223,7 +216,7 @@ import Glibc
         // threads) it may not run for seconds, so the reader's wait is a hang guard, not a
         // pace. A reader that gives up shuts its end, so the writes fail instead of waiting
         // forever for room.
-        async let read = Self.onThread { () -> Int in
+        async let read = onThread { () -> Int in
             var n = 0
             while n < total, let b = try? Self.receive(theirs, seconds: 60), !b.isEmpty { n += b.count }
             if n < total { _ = shutdown(theirs, Int32(SHUT_RDWR)) }

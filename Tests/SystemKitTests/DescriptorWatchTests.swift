@@ -141,7 +141,7 @@ import Glibc
         try await withThrowingTaskGroup(of: Int.self) { group in
             for t in 0..<threads {
                 group.addTask {
-                    try await ChannelTests.onThread {
+                    try await onThread {
                         var ended = 0
                         for i in 0..<lifetimes {
                             let (mine, theirs) = try ChannelTests.pair(ChannelTests.stream)

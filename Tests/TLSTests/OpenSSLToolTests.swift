@@ -221,13 +221,6 @@ private func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
     return true
 }
 
-/// Runs blocking socket code on a thread of its own, off Swift's cooperative pool.
-func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-    }
-}
-
 /// A TCP listener on 127.0.0.1 and a port the kernel picked.
 final class LoopbackListener: Sendable {
     let fd: Int32
