@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
 
-.PHONY: build release deps deps-lab unit lab check demo bench man fuzz install uninstall clean help
+.PHONY: build release deb deps deps-lab deps-deb unit lab check demo bench man fuzz install uninstall clean help
 
 help:
 	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
@@ -20,6 +20,7 @@ help:
 	@echo "make build    debug build;  make release: optimised build"
 	@echo "make fuzz     libFuzzer on every decoder of outside input (FUZZ_SECONDS=120 each, FUZZ_TARGETS=...)"
 	@echo "make man      regenerate docs/man/* and docs/completions/* from the command and config tables"
+	@echo "make deb      .build/package/peerlink_<version>_<arch>.deb (static Swift runtime), checked by lintian"
 	@echo "make install  install binaries, man pages, completions, systemd unit, udev rules, example config (as root)"
 
 # Installs (as root) or names (otherwise) what the build and the lab need.
@@ -27,6 +28,8 @@ deps:
 	@scripts/install-deps.sh
 deps-lab:
 	@scripts/install-deps.sh --lab
+deps-deb:
+	@scripts/install-deps.sh --deb
 
 build: deps
 	$(SWIFT) build
@@ -34,17 +37,25 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+# The Debian package: docs/packaging.md.
+deb: deps-deb
+	SWIFT=$(SWIFT) scripts/make-deb.sh
+
 unit: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
-lab: deps-lab build
+# The lab installs the package too (scenario 80-package): it is built first.
+lab: deps-lab deps-deb build
+	SWIFT=$(SWIFT) scripts/make-deb.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh $(LAB)
 
-# Unit tests, then the lab; the lab's summary ("N passed, N failed") is the last line.
-check: deps-lab
+# Unit tests, the package (built and checked by lintian), then the lab; the lab's summary
+# ("N passed, N failed") is the last line.
+check: deps-lab deps-deb
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	SWIFT=$(SWIFT) scripts/make-deb.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh
 
 demo: deps-lab build

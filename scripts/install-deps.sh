@@ -1,7 +1,7 @@
 #!/bin/bash
 # The one place that knows PeerLink's external dependencies (Debian 12).
 #
-#   scripts/install-deps.sh [--check|--install] [--lab]
+#   scripts/install-deps.sh [--check|--install] [--lab] [--deb]
 #
 #   --check    list what is missing and the exact command lines to install
 #              it; exit 1 if anything is missing (the default when not root)
@@ -11,6 +11,7 @@
 #              virtme-ng` if `vng` is missing.  Not root: prints the sudo
 #              command lines and exits 1.  Needs no terminal or stdin.
 #   --lab      also the virtual lab's dependencies (Tests/Lab/run.sh)
+#   --deb      also what `make deb` needs (dpkg-dev, lintian, binutils)
 #
 # Build: a Swift toolchain (cannot be installed from here), pkg-config,
 # libdbus-1-dev, libavahi-client-dev, libssl-dev, dbus (dbus-daemon,
@@ -24,11 +25,13 @@ set -u
 
 mode=""
 lab=0
+deb=0
 for arg in "$@"; do
     case $arg in
         --check) mode=check ;;
         --install) mode=install ;;
         --lab) lab=1 ;;
+        --deb) deb=1 ;;
         -h|--help) sed -n '2,/^set -u/{/^set -u/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
         *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
@@ -96,8 +99,15 @@ LAB_DEPS=(
     "kmod|modprobe|have_cmd modprobe lsmod"
 )
 
+DEB_DEPS=(
+    "dpkg-dev|dpkg-shlibdeps (the package's library dependencies)|have_cmd dpkg-shlibdeps"
+    "lintian|lintian (checks the package)|have_cmd lintian"
+    "binutils|strip|have_cmd strip"
+)
+
 deps=("${BUILD_DEPS[@]}")
 [ $lab = 1 ] && deps+=("${LAB_DEPS[@]}")
+[ $deb = 1 ] && deps+=("${DEB_DEPS[@]}")
 
 # check: fill MISSING (packages), REINSTALL (installed but incomplete), and
 # NEED_VNG / NEED_SWIFT.
@@ -142,7 +152,7 @@ print_commands() {
     if [ $NEED_VNG = 1 ]; then
         echo "  ${sudo}python3 -m pip install virtme-ng    # add --break-system-packages if pip refuses (externally managed)"
     fi
-    echo "  (or: ${sudo}$0 --install$([ $lab = 1 ] && echo ' --lab'))"
+    echo "  (or: ${sudo}$0 --install$([ $lab = 1 ] && echo ' --lab')$([ $deb = 1 ] && echo ' --deb'))"
 }
 
 swift_missing_message() {
@@ -154,7 +164,7 @@ check
 something_missing=$(( ${#MISSING[@]} + ${#REINSTALL[@]} + NEED_VNG ))
 if [ "$something_missing" = 0 ]; then
     if [ $NEED_SWIFT = 1 ]; then swift_missing_message; exit 1; fi
-    echo "install-deps: all $([ $lab = 1 ] && echo 'build and lab' || echo build) dependencies present (swift: $(swift_path))"
+    echo "install-deps: all build$([ $lab = 1 ] && echo ', lab')$([ $deb = 1 ] && echo ', package') dependencies present (swift: $(swift_path))"
     exit 0
 fi
 
@@ -202,4 +212,4 @@ if [ $(( ${#MISSING[@]} + ${#REINSTALL[@]} + NEED_VNG )) != 0 ]; then
     exit 1
 fi
 if [ $NEED_SWIFT = 1 ]; then swift_missing_message; exit 1; fi
-echo "install-deps: all $([ $lab = 1 ] && echo 'build and lab' || echo build) dependencies present (swift: $(swift_path))"
+echo "install-deps: all build$([ $lab = 1 ] && echo ', lab')$([ $deb = 1 ] && echo ', package') dependencies present (swift: $(swift_path))"

@@ -1,0 +1,130 @@
+#!/bin/bash
+# make deb: builds .build/package/peerlink_<version>_<arch>.deb with dpkg-deb, then runs
+# lintian on it.
+#
+#   scripts/make-deb.sh [--no-lintian]
+#
+# The binaries are built in release mode with the Swift standard library and Foundation
+# linked statically (--static-swift-stdlib: no Swift toolchain on the board), with full
+# RELRO, and stripped. The package depends only on Debian packages: the shared libraries
+# the binaries link (found by dpkg-shlibdeps), adduser and dbus; it recommends bluez and
+# avahi-daemon. It installs:
+#   /usr/bin/peerlinkd, /usr/bin/peerlink
+#   /lib/systemd/system/peerlinkd.service   (not enabled: `systemctl enable --now peerlinkd`)
+#   /lib/udev/rules.d/70-peerlink.rules
+#   /etc/peerlink/peerlink.conf             (a conffile: kept on upgrade, removed on purge)
+#   man pages, bash and zsh completions, /usr/share/doc/peerlink
+# Its maintainer scripts (packaging/debian/) create the system user and group `peerlink`
+# (the user also in group `bluetooth`), stop the daemon on removal and, on purge, remove
+# the state directory, the user and the group. lintian's errors and warnings fail the
+# build; docs/packaging.md explains the tags it still reports (information only).
+#
+# Environment: SWIFT (default swift), DEB_OUT (default <repo>/.build/package).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$REPO"
+SWIFT=${SWIFT:-swift}
+OUT=${DEB_OUT:-$REPO/.build/package}
+lintian=1
+for arg in "$@"; do
+    case $arg in
+        --no-lintian) lintian=0 ;;
+        -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+        *) echo "make-deb: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+    esac
+done
+for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
+    command -v "$tool" >/dev/null || { echo "make-deb: missing $tool: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+done
+[ $lintian = 0 ] || command -v lintian >/dev/null || { echo "make-deb: missing lintian: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+
+# ---- build ------------------------------------------------------------------------
+SCRATCH=$REPO/.build/static
+BUILD=("$SWIFT" build -c release --static-swift-stdlib --scratch-path "$SCRATCH"
+       -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
+echo "make-deb: ${BUILD[*]}"
+"${BUILD[@]}" --product peerlinkd
+"${BUILD[@]}" --product peerlink
+BIN=$("${BUILD[@]}" --show-bin-path)
+
+VERSION=$("$BIN/peerlinkd" --version | awk '{print $2}')
+[[ $VERSION =~ ^[0-9][0-9A-Za-z.+~-]*$ ]] || { echo "make-deb: peerlinkd --version gave '$VERSION', not a Debian version" >&2; exit 1; }
+ARCH=$(dpkg --print-architecture)
+NAME=peerlink_${VERSION}_${ARCH}
+
+# ---- the tree -----------------------------------------------------------------------
+STAGE=$(mktemp -d "${TMPDIR:-/tmp}/peerlink-deb.XXXXXX")
+trap 'rm -rf "$STAGE"' EXIT
+ROOT=$STAGE/root
+umask 022
+install -d "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/lib/systemd/system" "$ROOT/lib/udev/rules.d" \
+    "$ROOT/etc/peerlink" "$ROOT/usr/share/man/man1" "$ROOT/usr/share/man/man5" "$ROOT/usr/share/man/man8" \
+    "$ROOT/usr/share/bash-completion/completions" "$ROOT/usr/share/zsh/vendor-completions" \
+    "$ROOT/usr/share/doc/peerlink"
+for b in peerlinkd peerlink; do
+    install -m 0755 "$BIN/$b" "$ROOT/usr/bin/$b"
+    # what dh_strip does for executables
+    strip --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/$b"
+done
+sed 's|/usr/local/bin|/usr/bin|g' systemd/peerlinkd.service >"$ROOT/lib/systemd/system/peerlinkd.service"
+chmod 0644 "$ROOT/lib/systemd/system/peerlinkd.service"
+install -m 0644 udev/70-peerlink.rules "$ROOT/lib/udev/rules.d/70-peerlink.rules"
+install -m 0644 examples/peerlink.conf "$ROOT/etc/peerlink/peerlink.conf"
+for page in peerlink.1:man1 peerlink.conf.5:man5 peerlinkd.8:man8; do
+    gzip -9n <"docs/man/${page%%:*}" >"$ROOT/usr/share/man/${page##*:}/${page%%:*}.gz"
+done
+install -m 0644 docs/completions/peerlink.bash "$ROOT/usr/share/bash-completion/completions/peerlink"
+install -m 0644 docs/completions/_peerlink "$ROOT/usr/share/zsh/vendor-completions/_peerlink"
+install -m 0644 packaging/debian/copyright "$ROOT/usr/share/doc/peerlink/copyright"
+# A native package's changelog: one entry for this build, dated by its commit (the same
+# tree gives the same package).
+DATE=$(git log -1 --format=%cD 2>/dev/null || date -R)
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+MAINTAINER="PeerLink maintainers <maintainers@peerlink.example.org>"
+printf 'peerlink (%s) unstable; urgency=medium\n\n  * Built from the PeerLink repository, commit %s.\n\n -- %s  %s\n' \
+    "$VERSION" "$COMMIT" "$MAINTAINER" "$DATE" | gzip -9n >"$ROOT/usr/share/doc/peerlink/changelog.gz"
+for s in postinst prerm postrm; do install -m 0755 "packaging/debian/$s" "$ROOT/DEBIAN/$s"; done
+echo /etc/peerlink/peerlink.conf >"$ROOT/DEBIAN/conffiles"
+(cd "$ROOT" && find . -path ./DEBIAN -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum | sed 's|  \./|  |') >"$ROOT/DEBIAN/md5sums"
+
+# ---- control ------------------------------------------------------------------------
+# dpkg-shlibdeps reads the libraries' shlibs and symbols files: Depends with the minimum
+# versions the binaries need. It wants a debian/control beside it.
+mkdir -p "$STAGE/src/debian"
+printf 'Source: peerlink\n\nPackage: peerlink\nArchitecture: any\n' >"$STAGE/src/debian/control"
+SHLIBS=$(cd "$STAGE/src" && dpkg-shlibdeps -O "$ROOT/usr/bin/peerlinkd" "$ROOT/usr/bin/peerlink" | sed -n 's/^shlibs:Depends=//p')
+[ -n "$SHLIBS" ] || { echo "make-deb: dpkg-shlibdeps found no library dependencies" >&2; exit 1; }
+SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
+cat >"$ROOT/DEBIAN/control" <<EOF
+Package: peerlink
+Version: $VERSION
+Architecture: $ARCH
+Maintainer: $MAINTAINER
+Installed-Size: $SIZE
+Depends: $SHLIBS, adduser, dbus
+Recommends: bluez, avahi-daemon
+Section: net
+Priority: optional
+Description: Bluetooth LE and peer-networking daemon for Linux boards
+ peerlinkd gives a small Linux board what CoreBluetooth, Bonjour and
+ MultipeerConnectivity give an iOS app: a BLE peripheral and central over
+ BlueZ, DNS-SD through Avahi, and TLS-authenticated peer sessions with
+ messages, resumable file transfers and byte streams.
+ .
+ It runs as a systemd service under its own user and is driven through a
+ Unix socket speaking JSON-RPC 2.0, or with the peerlink command.
+EOF
+
+mkdir -p "$OUT"
+rm -f "$OUT/$NAME.deb"
+# Every file's time is the commit's: the same tree gives the same package.
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s) \
+    dpkg-deb --root-owner-group -Zxz --build "$ROOT" "$OUT/$NAME.deb" >/dev/null
+echo "make-deb: $OUT/$NAME.deb ($(du -k "$OUT/$NAME.deb" | cut -f1) KiB; installed ${SIZE} KiB: peerlinkd $(du -k "$ROOT/usr/bin/peerlinkd" | cut -f1) KiB, peerlink $(du -k "$ROOT/usr/bin/peerlink" | cut -f1) KiB)"
+
+if [ $lintian = 1 ]; then
+    # Errors and warnings fail the build; the informational tags left are explained in
+    # docs/packaging.md.
+    echo "make-deb: lintian $NAME.deb"
+    lintian --info --show-overrides --fail-on error,warning "$OUT/$NAME.deb"
+fi
