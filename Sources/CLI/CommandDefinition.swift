@@ -55,6 +55,16 @@ extension CLICommand {
             RPCCall(method: method, params: [key: v.int(key).map { .int(Int64($0)) } ?? .string(v.string(key) ?? "")])
         }, render: render))
     }
+
+    /// `peer VERB N`: a command that acts on one numbered `noun` (a transfer, a stream) with
+    /// one call and says "`done` `noun` N".
+    static func numbered(_ noun: String, _ verb: String, _ method: String, abstract: String, max: Int, listedBy: String,
+                         done: String) -> CLICommand {
+        .naming(["peer", verb], method, abstract: abstract,
+                Positional(noun, parser: .int(in: 1...max), help: "The \(noun)'s number ('\(listedBy)' or the events).")) { r in
+            "\(done) \(noun) \(Rendering.scalar(r[noun] ?? .null))"
+        }
+    }
 }
 
 /// A JSON-RPC call a command wants made.

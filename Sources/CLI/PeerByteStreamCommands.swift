@@ -51,10 +51,7 @@ enum PeerByteStreamCommands {
     static let close = oneStream("close-stream", ControlMethod.peerCloseStream, "Stop a byte stream, either way (both sides hear 'cancelled').", done: "cancelled")
 
     private static func oneStream(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        .naming(["peer", verb], method, abstract: abstract,
-                Positional("stream", parser: .int(in: 1...Int(Int32.max)), help: "The stream's number ('peer streams' or the events).")) { r in
-            "\(done) stream \(Rendering.scalar(r["stream"] ?? .null))"
-        }
+        .numbered("stream", verb, method, abstract: abstract, max: Int(Int32.max), listedBy: "peer streams", done: done)
     }
 
     static let list = CLICommand(

@@ -45,10 +45,7 @@ enum PeerTransferCommands {
                                              "Decline a resource a peer offers.", done: "declined")
 
     private static func oneTransfer(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        .naming(["peer", verb], method, abstract: abstract,
-                Positional("transfer", parser: .int(in: 1...Int.max), help: "The transfer's number ('peer transfers' or the events).")) { r in
-            "\(done) transfer \(Rendering.scalar(r["transfer"] ?? .null))"
-        }
+        .numbered("transfer", verb, method, abstract: abstract, max: Int.max, listedBy: "peer transfers", done: done)
     }
 
     /// `peer transfers`.
