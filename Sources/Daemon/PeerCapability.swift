@@ -46,6 +46,10 @@ final class PeerCapability: DaemonCapability {
         } catch {
             throw DaemonError("peer sessions: \(error)")
         }
+        if inbox.removedParts > 0 {
+            logger.notice("removed transfer parts nobody resumed within 30 days",
+                          ["parts": "\(inbox.removedParts)", "inbox": inbox.partDirectory])
+        }
         let config = {
             var c = settings
             c.inbox = inbox

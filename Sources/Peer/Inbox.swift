@@ -43,17 +43,57 @@ public final class Inbox: @unchecked Sendable {
         }
     }
 
-    /// Opens (and makes, mode 0700) the inbox and its part directory.
-    public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID()) throws(InboxError) {
+    /// How long a part nobody resumed is kept: a transfer cut while two boards were apart
+    /// resumes when they meet again within this time; older parts are removed when the inbox
+    /// is opened (the daemon's start), so an abandoned transfer does not hold the disk for ever.
+    public static let partRetention: Duration = .seconds(30 * 24 * 3600)
+
+    /// Opens (and makes, mode 0700) the inbox and its part directory, and removes the parts
+    /// last written more than `partRetention` before `now` (`removedParts` says how many).
+    public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
+                now: Int64 = Inbox.wallClockNanoseconds()) throws(InboxError) {
         self.directory = directory
         self.limits = limits
         self.bootID = bootID
+        let parts = AtomicFile.join(directory, ".part")
         do {
             try AtomicFile.makeDirectory(directory, mode: 0o700)
-            try AtomicFile.makeDirectory(partDirectory, mode: 0o700)
+            try AtomicFile.makeDirectory(parts, mode: 0o700)
         } catch {
             throw .io("making the inbox \(directory)", error)
         }
+        removedParts = Self.removeStaleParts(in: parts, now: now)
+    }
+
+    /// How many parts older than `partRetention` opening the inbox removed.
+    public let removedParts: Int
+
+    /// Removes each part (its `.data` and `.state`) whose newer file was last modified more
+    /// than `partRetention` before `now`; returns how many. A part it cannot read is left.
+    private static func removeStaleParts(in partDirectory: String, now: Int64) -> Int {
+        guard let names = try? FileSystem.names(in: partDirectory) else { return 0 }
+        var newest: [String: Int64] = [:]
+        for name in names {
+            guard let dot = name.lastIndex(of: "."), [".data", ".state"].contains(String(name[dot...])) else { continue }
+            guard let modified = try? RegularFile.openForReading(AtomicFile.join(partDirectory, name)).status().modified else { continue }
+            let key = String(name[..<dot])
+            newest[key] = max(newest[key] ?? .min, modified)
+        }
+        let limit = now - Int64(partRetention.components.seconds) * 1_000_000_000
+        var removed = 0
+        for (key, modified) in newest where modified < limit {
+            _ = try? FileSystem.remove(AtomicFile.join(partDirectory, key + ".data"))
+            _ = try? FileSystem.remove(AtomicFile.join(partDirectory, key + ".state"))
+            removed += 1
+        }
+        return removed
+    }
+
+    /// The wall clock, in nanoseconds since 1970 (what file times are in).
+    public static func wallClockNanoseconds() -> Int64 {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
     }
 
     /// Starts (or resumes) receiving `offer` from `peer`: checks the quota and the free

@@ -89,6 +89,43 @@ import Testing
         #expect(try Inbox(directory: dir.path, limits: limits, bootID: "boot-3").receive(offer, from: Self.peer).offset == 1234)
     }
 
+    /// A part nobody resumed within `partRetention` is removed when the inbox is next opened
+    /// (the daemon's start); a younger one is kept and still resumes.
+    @Test func partsNobodyResumedForThirtyDaysAreRemoved() throws {
+        let dir = try Directory()
+        let bytes = Self.content(3000, seed: 5)
+        let old = try Self.offer("old.bin", bytes), young = try Self.offer("young.bin", Self.content(3000, seed: 6), id: 2)
+        let start = Inbox.wallClockNanoseconds()
+        do {
+            let inbox = try Inbox(directory: dir.path, bootID: "boot-1")
+            #expect(inbox.removedParts == 0)
+            let a = try inbox.receive(old, from: Self.peer)
+            try a.write(Array(bytes[0..<1000]))
+            a.suspend()
+        }
+        let day: Int64 = 24 * 3600 * 1_000_000_000
+        // Ten days on, a second transfer is cut; the first is still kept.
+        let tenDaysOn = try Inbox(directory: dir.path, bootID: "boot-2", now: start + 10 * day)
+        #expect(tenDaysOn.removedParts == 0)
+        let b = try tenDaysOn.receive(young, from: Self.peer)
+        try b.write(Array(Self.content(3000, seed: 6)[0..<500]))
+        b.suspend()
+        let keys = try FileSystem.names(in: tenDaysOn.partDirectory)
+        #expect(keys.count >= 2, "\(keys)")
+        // Thirty-one days after the first was written (its files' times are real: both parts
+        // were written now), both are older than the limit: removed, .data and .state.
+        let later = try Inbox(directory: dir.path, bootID: "boot-3", now: start + 31 * day)
+        #expect(later.removedParts == 2)
+        #expect(try FileSystem.names(in: later.partDirectory).isEmpty)
+        // Twenty-nine days on, a part is kept and resumes from what it held.
+        let c = try later.receive(old, from: Self.peer)
+        try c.write(Array(bytes[0..<700]))
+        c.suspend()
+        let kept = try Inbox(directory: dir.path, bootID: "boot-4", now: Inbox.wallClockNanoseconds() + 29 * day)
+        #expect(kept.removedParts == 0)
+        #expect(try kept.receive(old, from: Self.peer).offset == 700)
+    }
+
     @Test func aWrongHashRemovesThePartAndNamesTheReason() throws {
         let dir = try Directory()
         let inbox = try Inbox(directory: dir.path)
