@@ -76,6 +76,9 @@ for f in /usr/bin/peerlinkd /usr/bin/peerlink /lib/systemd/system/peerlinkd.serv
 done
 assert_contains "$(dpkg-query -W -f='${Conffiles}' peerlink)" /etc/peerlink/peerlink.conf "the configuration is a conffile"
 assert_contains "$(grep ExecStart= /lib/systemd/system/peerlinkd.service)" "ExecStart=/usr/bin/peerlinkd" "the unit runs the installed binary"
+# The package installs the unit but does not enable it: the owner does (`systemctl enable --now`).
+WANTS=$(ls /etc/systemd/system/*.wants/peerlinkd.service 2>/dev/null)
+[ -z "$WANTS" ] || fail "the package enabled the unit: $WANTS"
 # The Swift runtime is inside the binaries: what they need at run time is Debian's.
 NEEDED=$(readelf -d /usr/bin/peerlinkd /usr/bin/peerlink | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u | tr '\n' ' ')
 note "needed libraries: $NEEDED"
