@@ -47,8 +47,9 @@ final class PeerCapability: DaemonCapability {
             throw DaemonError("peer sessions: \(error)")
         }
         if inbox.removedParts > 0 {
-            logger.notice("removed transfer parts nobody resumed within 30 days",
-                          ["parts": "\(inbox.removedParts)", "inbox": inbox.partDirectory])
+            logger.notice("removed transfer parts nobody resumed in time",
+                          ["parts": "\(inbox.removedParts)", "kept.days": "\(Inbox.partRetention.components.seconds / 86_400)",
+                           "inbox": inbox.partDirectory])
         }
         let config = {
             var c = settings

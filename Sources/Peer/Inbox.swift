@@ -17,8 +17,8 @@ import Glibc
 public final class Inbox: @unchecked Sendable {
     /// The inbox directory.
     public let directory: String
-    /// Transfers in progress.
-    public var partDirectory: String { AtomicFile.join(directory, ".part") }
+    /// Transfers in progress (`<inbox>/.part`).
+    public let partDirectory: String
     /// The limits every transfer is checked against.
     public let limits: Limits
     /// This boot's id (the kernel's `random/boot_id`): a part recorded in the same boot
@@ -55,14 +55,14 @@ public final class Inbox: @unchecked Sendable {
         self.directory = directory
         self.limits = limits
         self.bootID = bootID
-        let parts = AtomicFile.join(directory, ".part")
+        partDirectory = AtomicFile.join(directory, ".part")
         do {
             try AtomicFile.makeDirectory(directory, mode: 0o700)
-            try AtomicFile.makeDirectory(parts, mode: 0o700)
+            try AtomicFile.makeDirectory(partDirectory, mode: 0o700)
         } catch {
             throw .io("making the inbox \(directory)", error)
         }
-        removedParts = Self.removeStaleParts(in: parts, now: now)
+        removedParts = Self.removeStaleParts(in: partDirectory, now: now)
     }
 
     /// How many parts older than `partRetention` opening the inbox removed.
