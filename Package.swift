@@ -26,7 +26,7 @@ let package = Package(
         .target(name: "BLE", dependencies: ["Control"]),
         .target(name: "Control"),
         // Logger value passed into every module (swift-log's shape).
-        .target(name: "Logging"),
+        .target(name: "Logging", dependencies: ["SystemKit"]),
         // Declarative command-line parsing for both executables.
         .target(name: "Arguments"),
         // Peer sessions without I/O: frames, handshake and invitation machines, flow control.
@@ -79,7 +79,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit", "TestSupport"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit"]),
-        .testTarget(name: "LoggingTests", dependencies: ["Logging"]),
+        .testTarget(name: "LoggingTests", dependencies: ["Logging", "SystemKit"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit", "TestSupport"]),

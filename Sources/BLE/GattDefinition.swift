@@ -1,5 +1,5 @@
 import Control
-import Foundation
+import FoundationEssentials
 
 /// A GATT characteristic or descriptor flag, spelled as BlueZ spells it.
 public enum GattFlag: String, Sendable, Hashable, CaseIterable {
@@ -106,7 +106,7 @@ extension GattApplicationDefinition {
     public static func parse(_ json: JSONValue, source: String) throws(GattDefinitionError) -> GattApplicationDefinition {
         let r = Reader(source: source)
         let root = try r.object(json, "", keys: ["name", "services"])
-        let name = try r.optionalString(root["name"], "name") ?? ((source as NSString).lastPathComponent as String)
+        let name = try r.optionalString(root["name"], "name") ?? (source.split(separator: "/").last.map(String.init) ?? source)
         guard let servicesJSON = root["services"] else { throw r.error("", "missing \"services\"") }
         let servicesArray = try r.array(servicesJSON, "services")
         guard !servicesArray.isEmpty else { throw r.error("services", "an application needs at least one service") }

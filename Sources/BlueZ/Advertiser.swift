@@ -1,6 +1,6 @@
 import BLE
 import DBus
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Why an advertisement could not start.

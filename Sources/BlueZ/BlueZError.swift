@@ -167,7 +167,7 @@ public struct BlueZCallError: Error, Sendable, Hashable, CustomStringConvertible
     /// The code in BlueZ's "Operation failed with ATT error: 0x0e" (its gatt-client prints
     /// codes it has no D-Bus error for that way).
     static func attCode(in message: String) -> ATTError? {
-        guard let r = message.range(of: "ATT error: 0x") else { return nil }
+        guard let r = message.firstRange(of: "ATT error: 0x") else { return nil }
         let hex = message[r.upperBound...].prefix { $0.isHexDigit }
         guard !hex.isEmpty, hex.count <= 2, let v = UInt8(hex, radix: 16) else { return nil }
         return ATTError(v)

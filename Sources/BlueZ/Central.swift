@@ -1,6 +1,6 @@
 import BLE
 import DBus
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// The BLE central role over BlueZ: scans with filters, one operation gate per adapter,

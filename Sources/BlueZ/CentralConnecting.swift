@@ -1,7 +1,7 @@
 import BLE
 import DBus
 import SystemKit
-import Foundation
+import FoundationEssentials
 
 /// Connections: one connect at a time per adapter (discovery paused meanwhile), each a
 /// `Connector` run against BlueZ's objects; kept devices are reconnected with `Backoff.reconnect`.

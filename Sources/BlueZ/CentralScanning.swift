@@ -1,6 +1,6 @@
 import BLE
 import DBus
-import Foundation
+import FoundationEssentials
 
 /// Scans: each has its own filter and owner; discovery on the adapter follows them all
 /// through the `DiscoveryScheduler`, paused while a connect or pairing holds the adapter.

@@ -1,6 +1,6 @@
 import BLE
 import DBus
-import Foundation
+import FoundationEssentials
 import Logging
 import Synchronization
 
@@ -17,7 +17,10 @@ public enum AgentPolicy: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses `just-works`, `confirm`, `passkey NNNNNN` (or `passkey:NNNNNN`), `reject`.
     public init?(_ text: String) {
-        let t = text.trimmingCharacters(in: .whitespaces).lowercased()
+        var trimmed = Substring(text)
+        while trimmed.first?.isWhitespace == true { trimmed.removeFirst() }
+        while trimmed.last?.isWhitespace == true { trimmed.removeLast() }
+        let t = trimmed.lowercased()
         switch t {
         case "just-works", "justworks": self = .justWorks
         case "confirm": self = .confirm
@@ -43,7 +46,7 @@ public enum AgentPolicy: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .justWorks: "just-works"
         case .confirm: "confirm"
-        case .passkey(let n): "passkey " + String(format: "%06u", n)
+        case .passkey(let n): "passkey " + String(n, zeroPaddedTo: 6)
         case .reject: "reject"
         }
     }
@@ -209,7 +212,7 @@ public final class PairingAgent: Sendable {
             },
             MethodSpec("RequestPinCode", inputs: [("device", "o")], outputs: [("pincode", "s")]) { [self] call, reply in
                 // Legacy (BR/EDR) PIN pairing: only a fixed passkey can answer it.
-                if case .passkey(let n) = policy { reply.succeed([.string(String(format: "%06u", n))]) } else { reply.fail(Self.rejected) }
+                if case .passkey(let n) = policy { reply.succeed([.string(String(n, zeroPaddedTo: 6))]) } else { reply.fail(Self.rejected) }
                 _ = call
             },
             MethodSpec("DisplayPinCode", inputs: [("device", "o"), ("pincode", "s")]) { [self] call, reply in

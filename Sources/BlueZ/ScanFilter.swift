@@ -1,6 +1,6 @@
 import BLE
 import DBus
-import Foundation
+import FoundationEssentials
 
 /// What one scan wants to see. bluetoothd merges the discovery filters of all its clients
 /// (ours and others'), so every device it reports is checked against this again.
@@ -23,7 +23,7 @@ public struct ScanFilter: Sendable, Hashable {
 
     /// Checks a pattern once, so a bad one is an error at scan start, not a silent no-match.
     public static func validatePattern(_ pattern: String) -> String? {
-        do { _ = try NSRegularExpression(pattern: pattern) } catch { return "not a valid regular expression" }
+        do { _ = try Regex(pattern) } catch { return "not a valid regular expression" }
         return nil
     }
 
@@ -37,8 +37,7 @@ public struct ScanFilter: Sendable, Hashable {
             guard let n = d.name, n.hasPrefix(namePrefix) else { return false }
         }
         if let namePattern {
-            guard let n = d.name, let re = try? NSRegularExpression(pattern: namePattern),
-                  re.firstMatch(in: n, range: NSRange(n.startIndex..., in: n)) != nil else { return false }
+            guard let n = d.name, let re = try? Regex(namePattern), n.contains(re) else { return false }
         }
         if let minimumRSSI {
             guard let r = d.rssi, r >= minimumRSSI else { return false }

@@ -1,7 +1,7 @@
 import Arguments
 import BLE
 import Control
-import Foundation
+import FoundationEssentials
 
 extension ValueParser {
     /// A Bluetooth device address, 00:AA:01:00:00:00 (checked here: a typo is a usage error).
@@ -128,7 +128,9 @@ enum CentralCommands {
     static func deviceLine(_ d: JSONValue) -> String {
         let columns = [pad(d["address"]?.stringValue ?? "?", 17), pad(rssi(d), 8, right: true), pad(d["name"]?.stringValue ?? "-", 20),
                        services(d)]
-        return (columns + extras(d) + flags(d)).joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        var line = (columns + extras(d) + flags(d)).joined(separator: "  ")
+        while line.last == " " { line.removeLast() }
+        return line
     }
 
     /// The devices BlueZ knows, as a table: ADDRESS RSSI NAME STATE SERVICES (and DATA when
@@ -159,7 +161,7 @@ enum CentralCommands {
     private static func extras(_ d: JSONValue) -> [String] {
         var words: [String] = []
         for m in d["manufacturer_data"]?.arrayValue ?? [] {
-            words.append(String(format: "mfr 0x%04x ", Int(m["id"]?.intValue ?? 0)) + (m["value_hex"]?.stringValue ?? ""))
+            words.append("mfr 0x" + String(m["id"]?.intValue ?? 0, radix: 16, zeroPaddedTo: 4) + " " + (m["value_hex"]?.stringValue ?? ""))
         }
         for s in d["service_data"]?.arrayValue ?? [] {
             words.append("data \(shortUUID(s["uuid"]?.stringValue ?? "?")) \(s["value_hex"]?.stringValue ?? "")")
@@ -176,7 +178,7 @@ enum CentralCommands {
     /// "0000180d-0000-1000-8000-00805f9b34fb" as "180d"; other UUIDs as they are.
     static func shortUUID(_ text: String) -> String {
         guard let uuid = try? BluetoothUUID(parsing: text), let short = uuid.uuid16 else { return text }
-        return String(format: "%04x", Int(short))
+        return String(short, radix: 16, zeroPaddedTo: 4)
     }
 
     private static func pad(_ text: String, _ width: Int, right: Bool = false) -> String {
@@ -258,7 +260,7 @@ enum CentralCommands {
         }))
 
     static func handle(_ o: JSONValue) -> String {
-        o["handle"]?.intValue.map { String(format: " handle 0x%04x", Int($0)) } ?? ""
+        o["handle"]?.intValue.map { " handle 0x" + String($0, radix: 16, zeroPaddedTo: 4) } ?? ""
     }
 
     // MARK: Reads and writes

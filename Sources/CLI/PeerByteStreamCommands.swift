@@ -1,6 +1,6 @@
 import Arguments
 import Control
-import Foundation
+import FoundationEssentials
 import SystemKit
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,6 @@
 import Arguments
 import Control
-import Foundation
+import FoundationEssentials
 
 /// `peerlink peer ...`: peer sessions through the daemon (see docs/peer-sessions.md).
 enum PeerCommands {

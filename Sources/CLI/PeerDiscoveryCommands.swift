@@ -1,6 +1,6 @@
 import Arguments
 import Control
-import Foundation
+import FoundationEssentials
 
 /// `peerlink peer advertise | browse | invite | watch`: finding peers over DNS-SD, inviting
 /// them, and following what the sessions do.

@@ -1,7 +1,7 @@
 import Arguments
 import BLE
 import Control
-import Foundation
+import FoundationEssentials
 import SystemKit
 #if canImport(Glibc)
 import Glibc

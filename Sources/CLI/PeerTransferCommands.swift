@@ -1,6 +1,7 @@
 import Arguments
 import Control
-import Foundation
+import FoundationEssentials
+import SystemKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -79,7 +80,7 @@ enum PeerTransferCommands {
     static func runSend(_ context: CommandContext, image: Bool) throws(CLIError) -> Int32 {
         let v = context.values
         var path = v.string("file") ?? ""
-        if !path.hasPrefix("/") { path = (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path) }
+        if !path.hasPrefix("/") { path = AtomicFile.join(FileManager.default.currentDirectoryPath, path) }
         let to = v.strings("to")
         var params: [String: JSONValue] = ["path": .string(path), "to": to.isEmpty ? "all" : .array(to.map(JSONValue.string)), "image": .bool(image)]
         if let name = v.string("name") { params["name"] = .string(name) }
@@ -120,7 +121,7 @@ enum PeerTransferCommands {
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
         var v = Double(n), i = 0
         while v >= 1024, i < units.count - 1 { v /= 1024; i += 1 }
-        return i == 0 ? "\(n) B" : String(format: "%.1f %@", v, units[i])
+        return i == 0 ? "\(n) B" : "\(String(oneDecimal: v)) \(units[i])"
     }
 
     static func percent(_ t: JSONValue) -> String {

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Control
 import SystemKit
 

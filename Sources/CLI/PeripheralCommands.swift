@@ -1,7 +1,7 @@
 import BLE
 import Arguments
 import Control
-import Foundation
+import FoundationEssentials
 import SystemKit
 #if canImport(Glibc)
 import Glibc
@@ -37,11 +37,16 @@ enum PeripheralCommands {
             let path = v.string("file")!
             let doc: JSONValue
             do {
-                doc = try JSONValue.parse(Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+                guard let bytes = try AtomicFile.readIfPresent(path, maximumSize: ControlDefaults.maxLineBytes) else {
+                    throw CLIError.failure("cannot read \(path): no such file", exitCode: 2)
+                }
+                doc = try JSONValue.parse(bytes)
             } catch let e as JSONParseError {
                 throw CLIError.failure("\(path): not valid JSON: \(e)", exitCode: 2)
+            } catch let e as CLIError {
+                throw e
             } catch {
-                throw CLIError.failure("cannot read \(path): \(error.localizedDescription)", exitCode: 2)
+                throw CLIError.failure("cannot read \(path): \(error)", exitCode: 2)
             }
             var p: [String: JSONValue] = ["definition": doc, "source": .string(path)]
             if let a = v.string("adapter") { p["adapter"] = .string(a) }

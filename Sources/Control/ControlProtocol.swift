@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Method names of the control protocol, shared by `peerlinkd` and `peerlink`.
 public enum ControlMethod {

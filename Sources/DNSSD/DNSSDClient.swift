@@ -1,7 +1,7 @@
 internal import CAvahi
 // Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
 import Logging
 import Synchronization
 

@@ -1,6 +1,6 @@
 internal import CAvahi
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
 
 /// A running browse: its service browser, and a resolver per service found when it resolves.
 /// Touched only on the client's queue.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What to publish: a checked service description.
 public struct ServiceSpec: Sendable, Hashable {

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
+import SystemKit
 
 /// The names chosen after collisions, kept in the state directory so that a restart publishes
 /// under the same name instead of flipping back and forth with the peer that took the
@@ -16,8 +17,8 @@ public final class NameStore: Sendable {
     public init(path: String?) {
         self.path = path
         var loaded: [String: String] = [:]
-        if let path, let data = FileManager.default.contents(atPath: path),
-           let object = try? JSONSerialization.jsonObject(with: data) as? [String: String] {
+        if let path, let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 1 << 20),
+           let object = try? JSONDecoder().decode([String: String].self, from: Data(bytes)) {
             loaded = object
         }
         names = Mutex(loaded)
@@ -42,10 +43,11 @@ public final class NameStore: Sendable {
         }
         guard let path else { return nil }
         do {
-            let data = try JSONSerialization.data(withJSONObject: snapshot, options: [.sortedKeys])
-            let dir = (path as NSString).deletingLastPathComponent
-            if !dir.isEmpty { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
-            try data.write(to: URL(fileURLWithPath: path), options: .atomic)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            let data = try encoder.encode(snapshot)
+            try AtomicFile.makeDirectory(AtomicFile.parent(of: path), mode: 0o755)
+            try AtomicFile.write(Array(data), to: path, mode: 0o644)
             return nil
         } catch {
             return "\(error)"

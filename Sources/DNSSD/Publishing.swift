@@ -1,6 +1,6 @@
 internal import CAvahi
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
 
 /// One publication: what was asked for, and its Avahi entry group while registered.
 /// Touched only on the client's queue.

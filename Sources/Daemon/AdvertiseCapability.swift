@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// LE advertising: `advertise.start`, `advertise.stop`, `advertise.list`. Parameters and

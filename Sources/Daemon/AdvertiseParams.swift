@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 
 /// Parameter checks and JSON shapes for the `advertise.*` methods.
 extension AdvertiseCapability {

@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// The built-in pairing agent: `agent.policy`, `agent.confirm`; questions as `agent.request`

@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 
 /// Settings, parameter checks and JSON shapes of the pairing agent.
 extension AgentCapability {
@@ -39,7 +39,7 @@ extension AgentCapability {
     static func json(_ r: AgentRequest, answerWithin: Double) -> JSONValue {
         [
             "id": .string(r.id), "kind": .string(name(r.kind)), "device": BLEJSON.address(r.device),
-            "passkey": r.passkey.map { .string(String(format: "%06u", $0)) } ?? .null, "service": r.service.map { .string($0) } ?? .null,
+            "passkey": r.passkey.map { .string(String($0, zeroPaddedTo: 6)) } ?? .null, "service": r.service.map { .string($0) } ?? .null,
             "timeout_seconds": .double(answerWithin),
         ]
     }
@@ -65,7 +65,7 @@ extension AgentCapability {
     /// An agent event as its topic and data; an unknown device or an empty value is null.
     static func event(_ e: AgentEvent) -> (topic: String, data: JSONValue) {
         func device(_ d: BluetoothAddress?) -> JSONValue { d.map { .string($0.description) } ?? .null }
-        func passkey(_ p: UInt32) -> JSONValue { .string(String(format: "%06u", p)) }
+        func passkey(_ p: UInt32) -> JSONValue { .string(String(p, zeroPaddedTo: 6)) }
         switch e {
         case .asked(let q, let d, let p):
             return (topic(q), ["device": device(d), "passkey": p.map(passkey) ?? .null])

@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 
 /// Parameters shared by the BLE methods (adapter, central and peripheral): adapters,
 /// addresses, UUIDs and attribute values, each checked the same way wherever it appears.

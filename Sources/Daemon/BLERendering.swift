@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 
 /// The JSON shapes of BLE things, shared by every method and event that shows them (the
 /// adapter methods, the central, the GATT server): adapters, devices, attribute values and

@@ -1,7 +1,7 @@
 import BlueZ
 import Control
 import DBus
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// What a capability gets from the daemon.

@@ -2,7 +2,7 @@ import BLE
 import BlueZ
 import Control
 import DBus
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// The BLE central role: `central.scan`, `central.connect`, `central.read`, ... Scans and

@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 
 /// Parameter checks and JSON shapes for the `central.*` methods (shared BLE shapes are in
 /// `BLEParams` and `BLEJSON`).

@@ -1,7 +1,8 @@
 // Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
 @preconcurrency import Dispatch
 import Control
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import Synchronization
 import SystemKit
@@ -117,11 +118,7 @@ public final class ControlServer: Sendable {
 
     /// Creates the socket (its directory too) and starts accepting clients.
     public func start() throws {
-        let dir = (options.path as NSString).deletingLastPathComponent
-        if !dir.isEmpty, !FileManager.default.fileExists(atPath: dir) {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o755])
-        }
+        try AtomicFile.makeDirectory(AtomicFile.parent(of: options.path), mode: 0o755)
         let fd = try UnixSocket.listen(path: options.path, mode: mode_t(options.mode), group: options.group.map { gid_t($0) })
         let watch = DescriptorWatch(owning: fd, queue: queue)
         watch.setHandlers(onReadable: { [weak self] in self?.acceptAll() }, onWritable: {})

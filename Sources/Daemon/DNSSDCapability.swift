@@ -1,6 +1,7 @@
 import Control
 import DNSSD
-import Foundation
+import FoundationEssentials
+import SystemKit
 import Logging
 import Synchronization
 
@@ -49,7 +50,7 @@ final class DNSSDCapability: DaemonCapability {
     init() {}
 
     func register(_ context: DaemonContext) {
-        let names = NameStore(path: (context.stateDirectory as NSString).appendingPathComponent("dnssd-names.json"))
+        let names = NameStore(path: AtomicFile.join(context.stateDirectory, "dnssd-names.json"))
         let client = DNSSDClient(logger: context.logger.child("dnssd"), names: names) { [weak self] event in
             self?.deliver(event)
         }

@@ -1,6 +1,6 @@
 import Control
 import DNSSD
-import Foundation
+import FoundationEssentials
 
 /// Parameter checks and JSON shapes for the `dnssd.*` methods.
 extension DNSSDCapability {
@@ -38,7 +38,7 @@ extension DNSSDCapability {
 
     /// A type to browse: `_name._tcp`/`_udp`, or a subtype of one (`_printer._sub._http._tcp`).
     static func browseType(_ text: String) throws(DNSSDError) -> String {
-        if let range = text.range(of: "._sub.") {
+        if let range = text.firstRange(of: "._sub.") {
             let base = try ServiceType(String(text[range.upperBound...]))
             return try DNSSDValidation.subtype(text, of: base, param: "type")
         }

@@ -1,5 +1,7 @@
 import Arguments
-import Foundation
+import FoundationEssentials
+import SystemKit
+import Glibc
 import Logging
 
 /// `peerlinkd`'s command line: flags that override the configuration file.
@@ -63,7 +65,7 @@ public enum DaemonCommandLine {
                 invocation = inv
             }
         } catch {
-            FileHandle.standardError.write(Data("peerlinkd: \(error.message)\n\(error.hint)\n".utf8))
+            try? writeAll(2, Array("peerlinkd: \(error.message)\n\(error.hint)\n".utf8))
             return 2
         }
         let v = invocation.values
@@ -81,14 +83,14 @@ public enum DaemonCommandLine {
             config.apply(overrides)
             daemon = try PeerlinkDaemon(config: config, configPath: overrides.configPath, overrides: overrides)
         } catch {
-            FileHandle.standardError.write(Data("<3>peerlinkd: configuration error: \(error)\n".utf8))
+            try? writeAll(2, Array("<3>peerlinkd: configuration error: \(error)\n".utf8))
             return 2
         }
         do {
             try await daemon.run(signals: signalStream([.terminate, .interrupt, .hangup]))
             return 0
         } catch {
-            FileHandle.standardError.write(Data("<2>peerlinkd: \(error)\n".utf8))
+            try? writeAll(2, Array("<2>peerlinkd: \(error)\n".utf8))
             return 1
         }
     }

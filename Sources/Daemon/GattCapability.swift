@@ -1,7 +1,7 @@
 import BLE
 import BlueZ
 import Control
-import Foundation
+import FoundationEssentials
 import Logging
 import Synchronization
 import SystemKit

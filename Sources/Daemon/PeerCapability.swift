@@ -1,6 +1,6 @@
 import Control
 import DNSSD
-import Foundation
+import FoundationEssentials
 import Logging
 import Peer
 import Session
@@ -33,7 +33,7 @@ final class PeerCapability: DaemonCapability {
 
     func register(_ context: DaemonContext) throws {
         let (settings, listens) = try Self.settings(context.settings)
-        let directory = (context.stateDirectory as NSString).appendingPathComponent("peer")
+        let directory = AtomicFile.join(context.stateDirectory, "peer")
         let logger = context.logger.child("peer")
         let identity: TLSIdentity
         let trust: TrustStore
@@ -41,7 +41,7 @@ final class PeerCapability: DaemonCapability {
         let inbox: Inbox
         do {
             identity = try TLSIdentity.loadOrCreate(directory: directory)
-            trust = try TrustStore(path: (directory as NSString).appendingPathComponent("trusted-peers.json"))
+            trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
             inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {
             throw DaemonError("peer sessions: \(error)")
@@ -54,7 +54,7 @@ final class PeerCapability: DaemonCapability {
         let config = {
             var c = settings
             c.inbox = inbox
-            c.transferJournal = (directory as NSString).appendingPathComponent("outgoing.json")
+            c.transferJournal = AtomicFile.join(directory, "outgoing.json")
             return c
         }()
         let node = try PeerNode(identity: identity, config: config, trust: trust, logger: logger) { [weak self] e in self?.deliver(e) }

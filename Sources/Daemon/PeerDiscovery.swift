@@ -1,6 +1,6 @@
 import Control
 import DNSSD
-import Foundation
+import FoundationEssentials
 import Logging
 import Peer
 import Session

@@ -1,5 +1,5 @@
 import Control
-import Foundation
+import FoundationEssentials
 import Peer
 import Session
 import SystemKit
@@ -65,7 +65,7 @@ extension PeerCapability {
             }
             limits.maxResourceBytes = n
         }
-        let directory = s["peer.inbox_dir"] ?? (stateDirectory as NSString).appendingPathComponent("peer/inbox")
+        let directory = s["peer.inbox_dir"] ?? AtomicFile.join(stateDirectory, "peer/inbox")
         guard directory.hasPrefix("/") else {
             throw ConfigError(file: "configuration", key: "peer.inbox_dir", reason: "expected an absolute path, got \"\(directory)\"")
         }

@@ -1,5 +1,6 @@
 import Control
-import Foundation
+import FoundationEssentials
+import TLS
 import Peer
 import Session
 import SystemKit
@@ -73,7 +74,7 @@ extension PeerCapability {
     }
 
     private static func inboxEntry(_ inbox: Inbox, _ name: String) -> JSONValue {
-        let path = (inbox.directory as NSString).appendingPathComponent(name)
+        let path = AtomicFile.join(inbox.directory, name)
         var o: [String: JSONValue] = ["name": .string(name), "path": .string(path)]
         if let st = try? RegularFile.openForReading(path).status() { o["size"] = .int(Int64(clamping: st.size)) }
         if let image = Inbox.imageHeader(of: path) { o.merge(json(image)) { $1 } }
@@ -91,7 +92,7 @@ extension PeerCapability {
         o["name"] = .string(t.name)
         // Sizes come from peers: any u64 (an offer past Int64 is declined, and reported).
         o["size"] = .int(Int64(clamping: t.size))
-        o["sha256"] = .string(t.sha256.map { String(format: "%02x", $0) }.joined())
+        o["sha256"] = .string(Fingerprint.hexString(t.sha256))
         o["media_type"] = .string(t.mediaType)
         o["bytes"] = .int(Int64(clamping: t.bytes))
         o["offset"] = .int(Int64(clamping: t.offset))

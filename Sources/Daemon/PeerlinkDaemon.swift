@@ -2,7 +2,8 @@ import BLE
 import BlueZ
 import Control
 import DBus
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import Synchronization
 import SystemKit
@@ -73,10 +74,9 @@ public final class PeerlinkDaemon: Sendable {
     public func run(signals: AsyncStream<ProcessSignal>?) async throws {
         let cfg = config.withLock { $0 }
         do {
-            try FileManager.default.createDirectory(atPath: cfg.stateDirectory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o750])
+            try AtomicFile.makeDirectory(cfg.stateDirectory, mode: 0o750)
         } catch {
-            throw DaemonError("cannot create the state directory \(cfg.stateDirectory): \(error.localizedDescription)")
+            throw DaemonError("cannot create the state directory \(cfg.stateDirectory): \(error)")
         }
         do {
             try server.start()

@@ -1,6 +1,6 @@
 import BlueZ
 import DBus
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Suspends until the task is cancelled.

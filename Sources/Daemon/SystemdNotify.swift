@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
+import FoundationEssentials
 import SystemKit
 
 /// Talks to systemd's service manager with the `sd_notify` protocol, without libsystemd.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Severity of a log record, numbered like syslog/journald priorities (lower is more severe).
 ///

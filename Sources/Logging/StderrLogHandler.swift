@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import SystemKit
 
 /// Writes one line per record to standard error, in the form journald understands.
 ///
@@ -11,16 +12,16 @@ import Foundation
 /// each line is written with a single `write(2)` so lines from different threads never mix.
 public struct StderrLogHandler: LogHandler {
     private let timestamps: Bool
-    private let output: FileHandle
+    private let output: Int32
 
     /// Creates a handler; `timestamps` adds an ISO 8601 UTC time after the priority (leave it
     /// off under journald, which stamps entries itself).
     public init(timestamps: Bool = false) {
-        self.init(timestamps: timestamps, output: .standardError)
+        self.init(timestamps: timestamps, output: 2)
     }
 
-    /// Creates a handler writing to `output` instead of standard error (for tests).
-    init(timestamps: Bool, output: FileHandle) {
+    /// Creates a handler writing to descriptor `output` instead of standard error (for tests).
+    init(timestamps: Bool, output: Int32) {
         self.timestamps = timestamps
         self.output = output
     }
@@ -28,9 +29,9 @@ public struct StderrLogHandler: LogHandler {
     /// Formats `record` and writes it as one line; write errors are ignored.
     public func log(_ record: LogRecord) {
         let line = StderrLogHandler.format(record, timestamps: timestamps)
-        // FileHandle.write issues one write(2) for the whole buffer (it loops only on a
-        // short write, which for a line this size on a pipe or journald stream does not happen).
-        try? output.write(contentsOf: Data(line.utf8))
+        // One write(2) for the whole line (writeAll loops only on a short write, which for
+        // a line this size on a pipe or journald stream does not happen).
+        try? writeAll(output, Array(line.utf8))
     }
 
     /// The line `log` writes for `record`, newline included.

@@ -1,6 +1,6 @@
 // Linux Dispatch has no Sendable annotations; its queues are thread-safe.
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
 import Logging
 import Session
 import Synchronization
@@ -355,15 +355,17 @@ final class NodeTransfers: Sendable {
 
     private func write(_ journal: String) {
         let list = state.withLock { s in
-            s.records.keys.sorted().compactMap { id -> [String: Any]? in
+            s.records.keys.sorted().compactMap { id -> JournalEntry? in
                 guard let r = s.records[id], r.transfer.outgoing, let path = r.path else { return nil }
                 let t = r.transfer
-                return ["id": t.id, "peer": t.peer.hex, "path": path, "name": t.name, "media_type": t.mediaType,
-                        "size": t.size, "sha256": Fingerprint.hexString(t.sha256)]
+                return JournalEntry(id: t.id, peer: t.peer.hex, path: path, name: t.name, media_type: t.mediaType,
+                                    size: t.size, sha256: Fingerprint.hexString(t.sha256))
             }
         }
         do {
-            let data = try JSONSerialization.data(withJSONObject: ["transfers": list], options: [.prettyPrinted, .sortedKeys])
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            let data = try encoder.encode(Journal(transfers: list.map { JournalSlot(entry: $0) }))
             try AtomicFile.write(Array(data), to: journal, mode: 0o600)
         } catch {
             logger.error("cannot save the outgoing transfers", ["path": journal, "error": "\(error)"])
@@ -383,20 +385,18 @@ final class NodeTransfers: Sendable {
             return []
         }
         var out: [(ResourceTransfer, String)] = []
-        guard let top = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any], let list = top["transfers"] as? [[String: Any]] else {
+        guard let list = try? JSONDecoder().decode(Journal.self, from: Data(bytes)).transfers else {
             logger.error("the outgoing transfers file is not valid; set aside", ["path": journal])
             _ = try? FileSystem.moveWithoutReplacing(journal, to: journal + ".bad")
             return []
         }
-        for (i, e) in list.enumerated() {
-            guard let id = (e["id"] as? NSNumber)?.uint64Value, id > 0, let peerHex = e["peer"] as? String, let peer = PeerID(hex: peerHex),
-                  let path = e["path"] as? String, let name = e["name"] as? String, let media = e["media_type"] as? String,
-                  let size = (e["size"] as? NSNumber)?.uint64Value, let shaHex = e["sha256"] as? String,
-                  let sha = Fingerprint.parse(shaHex), sha.count == Fingerprint.length else {
+        for (i, slot) in list.enumerated() {
+            guard let e = slot.entry, e.id > 0, let peer = PeerID(hex: e.peer),
+                  let sha = Fingerprint.parse(e.sha256), sha.count == Fingerprint.length else {
                 logger.error("an outgoing transfer in the file is not valid; skipped", ["path": journal, "index": "\(i)"])
                 continue
             }
-            out.append((ResourceTransfer(id: id, peer: peer, outgoing: true, name: name, size: size, sha256: sha, mediaType: media), path))
+            out.append((ResourceTransfer(id: e.id, peer: peer, outgoing: true, name: e.name, size: e.size, sha256: sha, mediaType: e.media_type), e.path))
         }
         return out
     }
@@ -413,4 +413,28 @@ final class NodeTransfers: Sendable {
         return seconds > 0 && r.transfer.bytes >= r.transfer.offset ? Double(r.transfer.bytes - r.transfer.offset) / seconds : 0
     }
 
+}
+
+/// The journal file: `{"transfers": [{"id", "peer", "path", "name", "media_type", "size", "sha256"}]}`.
+private struct Journal: Codable {
+    var transfers: [JournalSlot]
+}
+
+/// One outgoing transfer in the journal (keys as in the file).
+private struct JournalEntry: Codable {
+    var id: UInt64
+    var peer: String
+    var path: String
+    var name: String
+    var media_type: String
+    var size: UInt64
+    var sha256: String
+}
+
+/// An entry that does not decode is nil, skipped alone rather than failing the whole file.
+private struct JournalSlot: Codable {
+    var entry: JournalEntry?
+    init(entry: JournalEntry) { self.entry = entry }
+    init(from decoder: any Decoder) throws { entry = try? JournalEntry(from: decoder) }
+    func encode(to encoder: any Encoder) throws { try entry.encode(to: encoder) }
 }

@@ -1,6 +1,7 @@
 // Linux Dispatch has no Sendable annotations; its queues are thread-safe.
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Session
 import Synchronization
 import SystemKit
@@ -191,7 +192,7 @@ extension PeerNode {
     /// blocks at once (a lookup that hangs would hold up the node's timers queued there).
     static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { k in
-            Thread.detachNewThread { k.resume(with: Result { try body() }) }
+            do { try detachThread { k.resume(with: Result { try body() }) } } catch { k.resume(throwing: error) }
         }
     }
 }

@@ -1,6 +1,7 @@
 // Linux Dispatch has no Sendable annotations; its queues are thread-safe.
 @preconcurrency import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import Session
 import Synchronization

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Session
 import Synchronization
 import SystemKit
@@ -26,15 +27,15 @@ public final class TrustStore: Sendable {
         self.path = path
         var loaded: [PeerID: Entry] = [:]
         if let path, let bytes = try AtomicFile.readIfPresent(path, maximumSize: 4 << 20) {
-            guard let top = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-                  let peers = top["peers"] as? [[String: Any]] else {
-                throw SystemError(call: "read", code: EINVAL, context: "\(path): not a trust store (expected {\"peers\": [...]})")
+            let file: StoredFile
+            do { file = try JSONDecoder().decode(StoredFile.self, from: Data(bytes)) } catch {
+                throw SystemError(call: "read", code: EINVAL, context: "\(path): not a trust store (expected {\"peers\": [{\"id\": ...}]}): \(error)")
             }
-            for (i, p) in peers.enumerated() {
-                guard let hex = p["id"] as? String, let id = PeerID(hex: hex) else {
+            for (i, p) in file.peers.enumerated() {
+                guard let id = PeerID(hex: p.id) else {
                     throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].id is not 64 hex digits")
                 }
-                loaded[id] = Entry(peer: id, name: p["name"] as? String ?? "", since: (p["since"] as? NSNumber)?.int64Value ?? 0)
+                loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0)
             }
         }
         entries = Mutex(loaded)
@@ -72,13 +73,26 @@ public final class TrustStore: Sendable {
 
     private func save() {
         guard let path else { return }
-        let list = all.map { e -> [String: Any] in ["id": e.peer.hex, "name": e.name, "since": e.since] }
+        let file = StoredFile(peers: all.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since) })
         do {
-            let data = try JSONSerialization.data(withJSONObject: ["peers": list], options: [.prettyPrinted, .sortedKeys])
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            let data = try encoder.encode(file)
             try AtomicFile.write(Array(data), to: path, mode: 0o600)
             lastError.withLock { $0 = nil }
         } catch {
             lastError.withLock { $0 = "saving \(path): \(error)" }
         }
     }
+}
+
+/// The file's shape (`name` and `since` may be missing in a file written by hand).
+private struct StoredFile: Codable {
+    var peers: [StoredPeer]
+}
+
+private struct StoredPeer: Codable {
+    var id: String
+    var name: String?
+    var since: Int64?
 }

@@ -1,4 +1,4 @@
 import CLI
-import Foundation
+import Glibc
 
 exit(PeerlinkCLI.main(CommandLine.arguments))

@@ -1,5 +1,5 @@
 import Daemon
-import Foundation
+import Glibc
 
 // The composition root: everything lives in the Daemon module, which tests drive directly.
 exit(await DaemonCommandLine.main(Array(CommandLine.arguments.dropFirst())))

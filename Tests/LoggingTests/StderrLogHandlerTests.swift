@@ -48,7 +48,7 @@ import Testing
 
     @Test func writesWholeLinesFromManyThreads() async throws {
         let pipe = Pipe()
-        let handler = StderrLogHandler(timestamps: false, output: pipe.fileHandleForWriting)
+        let handler = StderrLogHandler(timestamps: false, output: pipe.fileHandleForWriting.fileDescriptor)
         let logger = Logger(label: "t", level: .debug, handler: handler)
         let perTask = 200, tasks = 8
         let reader = Task.detached { () -> Data in

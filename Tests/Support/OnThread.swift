@@ -1,4 +1,4 @@
-import Foundation
+import SystemKit
 
 /// Runs blocking `body` (a socket read that waits, a child process run to its end) on a
 /// thread of its own and awaits its result.
@@ -10,13 +10,13 @@ import Foundation
 /// judged dead by the node it talks to.
 public func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+        do { try detachThread { continuation.resume(with: Result { try body() }) } } catch { continuation.resume(throwing: error) }
     }
 }
 
-/// `onThread` for a body that cannot throw.
+/// `onThread` for a body that cannot throw (a test machine out of threads is a failed test).
 public func onThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: body()) }
+        do { try detachThread { continuation.resume(returning: body()) } } catch { fatalError("onThread: \(error)") }
     }
 }

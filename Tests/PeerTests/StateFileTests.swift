@@ -1,0 +1,110 @@
+import Foundation
+import Peer
+import Session
+import SystemKit
+import TLS
+import Testing
+
+/// The daemon's JSON state files, read as earlier versions wrote them: the trust store and
+/// the outgoing-transfer journal. A bad entry in the journal is skipped alone; a file that
+/// is not one is an error naming it (trust) or set aside (journal), never a crash.
+@Suite struct StateFileTests {
+    typealias Directory = InboxTests.Directory
+    static let idA = String(repeating: "ab", count: 32)
+    static let idB = String(repeating: "cd", count: 32)
+
+    static func write(_ text: String, _ path: String) throws {
+        try AtomicFile.write(Array(text.utf8), to: path, mode: 0o600)
+    }
+
+    /// As the previous version wrote it (pretty, sorted, `"key" : value`), and by hand
+    /// (no name, no time).
+    @Test func aTrustStoreFileIsReadAsWritten() throws {
+        let dir = try Directory()
+        let path = dir.path + "/trusted-peers.json"
+        try Self.write("""
+            {
+              "peers" : [
+                {
+                  "id" : "\(Self.idA)",
+                  "name" : "Kenshin's board",
+                  "since" : 1764720000
+                },
+                {"id": "\(Self.idB)"}
+              ]
+            }
+            """, path)
+        let store = try TrustStore(path: path)
+        let all = store.all
+        #expect(all.count == 2)
+        let a = all.first { $0.peer.hex == Self.idA }, b = all.first { $0.peer.hex == Self.idB }
+        #expect(a?.name == "Kenshin's board" && a?.since == 1_764_720_000)
+        #expect(b?.name == "" && b?.since == 0)
+
+        // Saved and read back: the same entries, the file still private.
+        let c = PeerID(hex: String(repeating: "ef", count: 32))!
+        #expect(store.trust(c, name: "third"))
+        #expect(store.saveError == nil)
+        let again = try TrustStore(path: path)
+        #expect(Set(again.all) == Set(store.all))
+        var info = stat()
+        #expect(stat(path, &info) == 0 && info.st_mode & 0o777 == 0o600)
+    }
+
+    @Test(arguments: [
+        ("not json", "not a trust store"),
+        ("{\"peers\": {}}", "not a trust store"),
+        ("{\"peers\": [{\"id\": \"\(idA)\"}, {\"id\": \"abc\"}]}", "peers[1].id is not 64 hex digits"),
+    ])
+    func aBadTrustStoreIsAnErrorNamingIt(text: String, words: String) throws {
+        let dir = try Directory()
+        let path = dir.path + "/trusted-peers.json"
+        try Self.write(text, path)
+        do {
+            _ = try TrustStore(path: path)
+            Issue.record("accepted \(text)")
+        } catch {
+            #expect("\(error)".contains(path) && "\(error)".contains(words), "\(error)")
+        }
+    }
+
+    /// One good entry among bad ones (a wrong type, a missing key, a bad hash): the good one
+    /// is offered again, the others skipped and logged.
+    @Test func aJournalEntryThatIsNotValidIsSkippedAlone() throws {
+        let dir = try Directory()
+        let journal = dir.path + "/outgoing.json"
+        let sha = String(repeating: "0f", count: 32)
+        func entry(_ id: String, peer: String = Self.idA, sha256: String = sha) -> String {
+            "{\"id\" : \(id), \"media_type\" : \"image/png\", \"name\" : \"a.png\", \"path\" : \"/tmp/a.png\", \"peer\" : \"\(peer)\", \"sha256\" : \"\(sha256)\", \"size\" : 70000}"
+        }
+        try Self.write("""
+            {
+              "transfers" : [
+                \(entry("\"seven\"")),
+                \(entry("8")),
+                {"id": 9},
+                \(entry("10", sha256: "zz")),
+                \(entry("11", peer: "nope"))
+              ]
+            }
+            """, journal)
+        let node = try PeerNodeTests.Node("sender", journal: journal)
+        defer { node.node.stop() }
+        let transfers = node.node.resourceTransfers
+        #expect(transfers.map(\.id) == [8])
+        let t = transfers.first
+        #expect(t?.name == "a.png" && t?.size == 70_000 && t?.mediaType == "image/png" && t?.outgoing == true)
+    }
+
+    /// A journal that is not one is renamed `.bad` (kept for a person to look at) and the
+    /// node starts with no outgoing transfers.
+    @Test func aJournalThatIsNotOneIsSetAside() throws {
+        let dir = try Directory()
+        let journal = dir.path + "/outgoing.json"
+        try Self.write("{\"transfers\": 3}", journal)
+        let node = try PeerNodeTests.Node("sender", journal: journal)
+        defer { node.node.stop() }
+        #expect(node.node.resourceTransfers.isEmpty)
+        #expect(FileManager.default.fileExists(atPath: journal + ".bad"))
+    }
+}
