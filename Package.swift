@@ -52,7 +52,9 @@ let package = Package(
         // CLI: argument parsing, commands, output.
         .target(name: "CLI", dependencies: ["Control", "SystemKit", "Arguments", "BLE"]),
 
-        .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "Arguments", "Logging"]),
+        // peerlinkd is also the CLI when started as `peerlink`: the package ships one binary
+        // (the static Swift runtime once) and a link; `peerlink` is built for development.
+        .executableTarget(name: "peerlinkd", dependencies: ["Daemon", "CLI"]),
         .executableTarget(name: "peerlink", dependencies: ["CLI"]),
 
         // Man pages and shell completions from the CLI's command table, the daemon's command

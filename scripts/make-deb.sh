@@ -3,13 +3,15 @@
 # lintian on it.
 #
 #   scripts/make-deb.sh [--no-lintian]
+#   scripts/make-deb.sh --build-only    (build the binary, print its directory; make bench)
 #
-# The binaries are built in release mode with the Swift standard library and Foundation
+# One binary, built in release mode with the Swift standard library and FoundationEssentials
 # linked statically (--static-swift-stdlib: no Swift toolchain on the board), with full
-# RELRO, and stripped. The package depends only on Debian packages: the shared libraries
+# RELRO, and stripped: peerlinkd, which is the CLI when started as peerlink (a link to it),
+# so the runtime is on the board once. The package depends only on Debian packages: the shared libraries
 # the binaries link (found by dpkg-shlibdeps), adduser and dbus; it recommends bluez and
 # avahi-daemon. It installs:
-#   /usr/bin/peerlinkd, /usr/bin/peerlink
+#   /usr/bin/peerlinkd, /usr/bin/peerlink -> peerlinkd
 #   /lib/systemd/system/peerlinkd.service   (not enabled: `systemctl enable --now peerlinkd`)
 #   /lib/udev/rules.d/70-peerlink.rules
 #   /etc/peerlink/peerlink.conf             (a conffile: kept on upgrade, removed on purge)
@@ -25,10 +27,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$REPO"
 SWIFT=${SWIFT:-swift}
 OUT=${DEB_OUT:-$REPO/.build/package}
-lintian=1
+lintian=1 build_only=0
 for arg in "$@"; do
     case $arg in
         --no-lintian) lintian=0 ;;
+        --build-only) build_only=1 ;;
         -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
         *) echo "make-deb: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
@@ -42,10 +45,10 @@ done
 SCRATCH=$REPO/.build/static
 BUILD=("$SWIFT" build -c release --static-swift-stdlib --scratch-path "$SCRATCH"
        -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
-echo "make-deb: ${BUILD[*]}"
-"${BUILD[@]}" --product peerlinkd
-"${BUILD[@]}" --product peerlink
+echo "make-deb: ${BUILD[*]}" >&2
+"${BUILD[@]}" --product peerlinkd >&2
 BIN=$("${BUILD[@]}" --show-bin-path)
+if [ $build_only = 1 ]; then echo "$BIN"; exit 0; fi
 
 VERSION=$("$BIN/peerlinkd" --version | awk '{print $2}')
 [[ $VERSION =~ ^[0-9][0-9A-Za-z.+~-]*$ ]] || { echo "make-deb: peerlinkd --version gave '$VERSION', not a Debian version" >&2; exit 1; }
@@ -61,11 +64,10 @@ install -d "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/lib/systemd/system" "$ROOT/lib/
     "$ROOT/etc/peerlink" "$ROOT/usr/share/man/man1" "$ROOT/usr/share/man/man5" "$ROOT/usr/share/man/man8" \
     "$ROOT/usr/share/bash-completion/completions" "$ROOT/usr/share/zsh/vendor-completions" \
     "$ROOT/usr/share/doc/peerlink"
-for b in peerlinkd peerlink; do
-    install -m 0755 "$BIN/$b" "$ROOT/usr/bin/$b"
-    # what dh_strip does for executables
-    strip --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/$b"
-done
+install -m 0755 "$BIN/peerlinkd" "$ROOT/usr/bin/peerlinkd"
+# what dh_strip does for executables
+strip --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/peerlinkd"
+ln -s peerlinkd "$ROOT/usr/bin/peerlink"
 sed 's|/usr/local/bin|/usr/bin|g' systemd/peerlinkd.service >"$ROOT/lib/systemd/system/peerlinkd.service"
 chmod 0644 "$ROOT/lib/systemd/system/peerlinkd.service"
 install -m 0644 udev/70-peerlink.rules "$ROOT/lib/udev/rules.d/70-peerlink.rules"
@@ -120,7 +122,7 @@ rm -f "$OUT/$NAME.deb"
 # Every file's time is the commit's: the same tree gives the same package.
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s) \
     dpkg-deb --root-owner-group -Zxz --build "$ROOT" "$OUT/$NAME.deb" >/dev/null
-echo "make-deb: $OUT/$NAME.deb ($(du -k "$OUT/$NAME.deb" | cut -f1) KiB; installed ${SIZE} KiB: peerlinkd $(du -k "$ROOT/usr/bin/peerlinkd" | cut -f1) KiB, peerlink $(du -k "$ROOT/usr/bin/peerlink" | cut -f1) KiB)"
+echo "make-deb: $OUT/$NAME.deb ($(du -k "$OUT/$NAME.deb" | cut -f1) KiB; installed ${SIZE} KiB, of which peerlinkd $(du -k "$ROOT/usr/bin/peerlinkd" | cut -f1) KiB; peerlink is a link to it)"
 
 if [ $lintian = 1 ]; then
     # Errors and warnings fail the build; the informational tags left are explained in

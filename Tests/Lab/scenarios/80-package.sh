@@ -86,6 +86,10 @@ assert_not_contains "$NEEDED" swift "a Swift library needed at run time"
 assert_not_contains "$NEEDED" Foundation "Foundation needed at run time"
 assert_not_contains "$NEEDED" dispatch "libdispatch needed at run time"
 assert_eq "$(/usr/bin/peerlinkd --version | cut -d' ' -f1)" peerlinkd "the installed daemon runs"
+# One binary for both programs: peerlink is a link to peerlinkd and is the CLI by that name.
+assert_eq "$(readlink /usr/bin/peerlink)" peerlinkd "/usr/bin/peerlink links to peerlinkd"
+assert_eq "$(/usr/bin/peerlink --version | cut -d' ' -f1)" peerlink "the installed CLI runs"
+note "installed size: $(dpkg-query -W -f='${Installed-Size}' peerlink) KiB; peerlinkd $(stat -c %s /usr/bin/peerlinkd) bytes"
 
 note "2. the system user and group"
 getent passwd peerlink >/dev/null || fail "no user peerlink"
