@@ -12,7 +12,7 @@ set -u
 # shellcheck disable=SC1090
 . "$1"
 export LAB_REPO LAB_RESULTS PEERLINK_BIN
-for v_ in BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do [ -n "${!v_:-}" ] && export "$v_"; done
+for v_ in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do [ -n "${!v_:-}" ] && export "$v_"; done
 export LAB_DIR="$LAB_REPO/Tests/Lab"
 export LAB_CONTROLLERS=${LAB_CONTROLLERS:-3}
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -14,6 +14,8 @@
 #                  --show-bin-path`, else <repo>/.build/debug)
 #   PEERLINK_DEB   the package 80-package installs (default: the newest
 #                  <repo>/.build/package/peerlink_*.deb, made by `make deb`)
+#   PEERLINK_STATIC_BIN  dir with the static peerlinkd bench/80-cli measures
+#                  (make bench: scripts/make-deb.sh --build-only)
 #   LAB_KERNEL     kernel image (default: newest /boot/vmlinuz-*)
 #   LAB_RESULTS_DIR where results go (default: <repo>/.build/lab/<time>)
 #   LAB_TIMEOUT    whole run, seconds (default 2700: a guard against a hung
@@ -130,7 +132,7 @@ envfile="$results/lab.env"
     printf 'PEERLINK_BIN=%q\n' "$PEERLINK_BIN"
     printf 'LAB_MODE=%q\n' "$mode"
     printf 'LAB_SCENARIOS=%q\n' "${scenarios[*]}"
-    for v in PEERLINK_DEB LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
+    for v in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
         [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
     done
 } >"$envfile"

@@ -28,6 +28,11 @@ TARGETS = {
     "dnssd.publish_to_resolved_ratio": "<= 1.10",
     "dnssd.publish_to_resolved_cli_ratio": "<= 1.10",
     "dnssd.resolve_cached_ms": "< 5",
+    "cli.status_ratio": "<= 1.5",
+    "cli_host.status_ratio": "<= 1.5",
+    "cli.peerlinkd_bytes": "<= 20 MB installed, for both programs",
+    "cli.daemon_idle_cpu_ms": "~0 over the minute",
+    "cli.daemon_idle_wakeups": "~0 (nothing happens)",
 }
 
 
