@@ -35,18 +35,14 @@ enum PeripheralCommands {
         arguments: [Positional("file", parser: .path, help: "The definition file (JSON).")],
         action: .call(request: { v throws(CLIError) in
             let path = v.string("file")!
-            let doc: JSONValue
-            do {
-                guard let bytes = try AtomicFile.readIfPresent(path, maximumSize: ControlDefaults.maxLineBytes) else {
-                    throw CLIError.failure("cannot read \(path): no such file", exitCode: 2)
-                }
-                doc = try JSONValue.parse(bytes)
-            } catch let e as JSONParseError {
-                throw CLIError.failure("\(path): not valid JSON: \(e)", exitCode: 2)
-            } catch let e as CLIError {
-                throw e
-            } catch {
+            let read: [UInt8]?
+            do { read = try AtomicFile.readIfPresent(path, maximumSize: ControlDefaults.maxLineBytes) } catch {
                 throw CLIError.failure("cannot read \(path): \(error)", exitCode: 2)
+            }
+            guard let bytes = read else { throw CLIError.failure("cannot read \(path): no such file", exitCode: 2) }
+            let doc: JSONValue
+            do { doc = try JSONValue.parse(bytes) } catch {
+                throw CLIError.failure("\(path): not valid JSON: \(error)", exitCode: 2)
             }
             var p: [String: JSONValue] = ["definition": doc, "source": .string(path)]
             if let a = v.string("adapter") { p["adapter"] = .string(a) }

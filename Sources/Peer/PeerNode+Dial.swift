@@ -34,7 +34,7 @@ extension PeerNode {
         }
         let addresses: [SocketAddress]
         do {
-            addresses = try await Self.offPool { try TCPSocket.resolve(target) }
+            addresses = try await onOwnThread { try TCPSocket.resolve(target) }  // a lookup may hang: not on a pool
         } catch {
             abandonDial(id)
             throw PeerError.unreachable(target.description, "\(error)")
@@ -185,14 +185,5 @@ extension PeerNode {
             throw error
         }
         return fd
-    }
-
-    /// Runs blocking `body` (a name lookup, hashing a file) on a thread of its own: not the
-    /// cooperative pool, and not a Dispatch global queue, which on Linux runs only a few
-    /// blocks at once (a lookup that hangs would hold up the node's timers queued there).
-    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { k in
-            do { try detachThread { k.resume(with: Result { try body() }) } } catch { k.resume(throwing: error) }
-        }
     }
 }

@@ -1,4 +1,5 @@
 import Session
+import SystemKit
 
 /// Resources (MultipeerConnectivity's `sendResource`): the node's commands; `NodeTransfers`
 /// keeps the transfers and `PeerConnection` moves their bytes.
@@ -13,7 +14,7 @@ extension PeerNode {
         let targets = try sessionConnections(peers)
         guard !targets.isEmpty else { throw PeerError.notConnected("(no session is up)") }
         // Hashing a large file takes seconds: off the cooperative pool.
-        let file = try await Self.offPool { try OutgoingFile(path: path, name: name, mediaType: mediaType) }
+        let file = try await onOwnThread { try OutgoingFile(path: path, name: name, mediaType: mediaType) }  // hashes the file
         if imagesOnly, file.image == nil {
             throw PeerError.invalid("path", "\(path) is not a PNG or JPEG image (its first bytes say \(file.mediaType))")
         }

@@ -24,6 +24,13 @@ public func detachThread(_ body: @escaping @Sendable () -> Void) throws {
     pthread_detach(thread)
 }
 
+/// Runs blocking `body` on a thread of its own (`detachThread`) and awaits its result.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        do { try detachThread { continuation.resume(with: Result { try body() }) } } catch { continuation.resume(throwing: error) }
+    }
+}
+
 private final class ThreadBody {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }

@@ -9,14 +9,10 @@ import SystemKit
 /// line behind each other for seconds — long enough for a peer that answers nothing to be
 /// judged dead by the node it talks to.
 public func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        do { try detachThread { continuation.resume(with: Result { try body() }) } } catch { continuation.resume(throwing: error) }
-    }
+    try await onOwnThread(body)
 }
 
 /// `onThread` for a body that cannot throw (a test machine out of threads is a failed test).
 public func onThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        do { try detachThread { continuation.resume(returning: body()) } } catch { fatalError("onThread: \(error)") }
-    }
+    do { return try await onOwnThread(body) } catch { fatalError("onThread: \(error)") }
 }
