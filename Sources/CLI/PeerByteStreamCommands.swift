@@ -18,7 +18,8 @@ enum PeerByteStreamCommands {
             Opens a stream named NAME to the peer (peer.open-stream) and copies standard input \
             (or --from FILE) into it; the end of the input ends the stream. The peer's clients \
             see peer.stream-opened and take it with 'peerlink peer accept-stream'. When the \
-            reader is slower, writing waits (nothing is dropped). Exits 0 once the receiving \
+            reader is slower, writing waits (nothing is dropped). Killed before the input ended, \
+            the stream is cancelled: the reader never takes a cut stream for a whole one. Exits 0 once the receiving \
             daemon has handed every byte to its reader, 1 when the stream ended otherwise \
             (declined, nobody accepted it within 30 s, cancelled, the session ended); the reason \
             goes to standard error (--json: the closing event).
@@ -78,8 +79,12 @@ enum PeerByteStreamCommands {
         defer { if input != 0 { closeQuietly(input) } }
         let client = try context.connect()
         defer { client.close() }
+        // explicit_finish: the stream ends normally only when this command says so
+        // (peer.finish-stream) after the whole input; killed by a signal, its socket and
+        // connection close without it, and both sides hear `cancelled`, not `normal`.
         let r = try context.perform(RPCCall(method: ControlMethod.peerOpenStream,
-                                            params: ["peer": .string(v.string("peer") ?? ""), "name": .string(v.string("name") ?? "")]), on: client)
+                                            params: ["peer": .string(v.string("peer") ?? ""), "name": .string(v.string("name") ?? ""),
+                                                     "explicit_finish": true]), on: client)
         guard let fd = client.takeDescriptor() else { throw .failure("the daemon answered without passing the stream's socket", exitCode: 1) }
         if context.json { context.print(r.description) }
         context.onStreamingStarted()
@@ -101,12 +106,13 @@ enum PeerByteStreamCommands {
                 failure = "writing to the stream: \(error)"
             }
         }
-        // The end of the socket ends the stream normally (the daemon sends what it read first):
-        // after a failure the stream is stopped first, so a cut input never reads as whole.
-        if failure != nil {
-            _ = try? context.perform(RPCCall(method: ControlMethod.peerCloseStream, params: ["stream": r["stream"] ?? .null]), on: client)
-        }
+        // The socket's end alone does not end the stream (explicit_finish): after a failure it
+        // is stopped, so a cut input never reads as whole; otherwise peer.finish-stream ends it
+        // normally once the daemon has sent what it read. A stream that ended already answers
+        // not-found: its event says why.
         closeQuietly(fd)
+        let end = failure == nil ? ControlMethod.peerFinishStream : ControlMethod.peerCloseStream
+        _ = try? context.perform(RPCCall(method: end, params: ["stream": r["stream"] ?? .null]), on: client)
         let closed = closingEvent(r["stream"], client)
         if context.json, let closed { context.print(JSONValue.object(["topic": .string(ControlEvent.peerStreamClosed), "data": closed]).description) }
         let reason = closed?["reason"]?.stringValue ?? "unknown (the daemon's connection ended)"

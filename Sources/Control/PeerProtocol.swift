@@ -52,7 +52,8 @@ extension ControlMethod {
     public static let peerInbox = "peer.inbox"
     /// Opens a byte stream to a peer (MultipeerConnectivity's `startStream`): `{"peer", "name"}` →
     /// `{"stream", "peer", "name", "direction": "out", "fd": true}` and a Unix stream socket
-    /// passed with the reply, to write; closing it ends the stream normally.
+    /// passed with the reply, to write; closing it ends the stream normally (with
+    /// `"explicit_finish": true`, only together with `peer.finish-stream`).
     public static let peerOpenStream = "peer.open-stream"
     /// Takes a peer's byte stream (`peer.stream-opened`): `{"stream"}` → the stream and a Unix
     /// stream socket passed with the reply, to read until its end.
@@ -61,6 +62,9 @@ extension ControlMethod {
     public static let peerDeclineStream = "peer.decline-stream"
     /// Stops a byte stream, either way (`cancelled` on both sides): `{"stream"}`.
     public static let peerCloseStream = "peer.close-stream"
+    /// Says a stream opened with `explicit_finish` is complete: `{"stream"}`; it ends normally
+    /// once its socket's end is read too.
+    public static let peerFinishStream = "peer.finish-stream"
     /// Byte streams open or waiting to be accepted: `{}` → `{"streams": [Stream]}`.
     public static let peerStreams = "peer.streams"
 }

@@ -19,8 +19,10 @@ import SystemKit
 ///
 /// Ends: the opener's client closes its socket (a normal end: the receiver's daemon writes
 /// every byte to its client, closes the socket, and confirms, and only then the opener hears
-/// `normal`); either client closes early, or calls `peer.close-stream` (`cancelled`); the
-/// receiver declines or nobody accepts within `answerTimeout` (`declined`, `timeout`); the
+/// `normal`; a stream opened with `explicit_finish` needs `peer.finish-stream` too, so a
+/// client killed by a signal, whose socket closes like a finished one's, is `cancelled`);
+/// either client closes early, or calls `peer.close-stream` (`cancelled`); the receiver
+/// declines or nobody accepts within `answerTimeout` (`declined`, `timeout`); the
 /// session ends. Each side's owner gets `peer.stream-closed` with the reason; a socket whose
 /// stream ended otherwise than normally is closed at once (what it still held is dropped: the
 /// event says the stream did not arrive whole).
@@ -30,6 +32,8 @@ final class PeerByteStream: Sendable {
     let ref: PeerStreamRef
     let name: String
     let outgoing: Bool
+    /// Outgoing: the socket's end alone does not finish it; `peer.finish-stream` must say so.
+    let explicitFinish: Bool
     private let state: Mutex<State>
 
     private struct State {
@@ -45,13 +49,18 @@ final class PeerByteStream: Sendable {
         /// The confirmation (or the end) is on its way: nothing more is written.
         var closing = false
         var ended = false
+        /// Outgoing: the end of the client's socket was read (every byte it wrote is sent).
+        var writerClosed = false
+        /// Outgoing, `explicitFinish`: the client said the stream is complete.
+        var finishRequested = false
     }
 
-    init(number: Int, ref: PeerStreamRef, name: String, outgoing: Bool, owner: UInt64?) {
+    init(number: Int, ref: PeerStreamRef, name: String, outgoing: Bool, explicitFinish: Bool = false, owner: UInt64?) {
         self.number = number
         self.ref = ref
         self.name = name
         self.outgoing = outgoing
+        self.explicitFinish = explicitFinish
         state = Mutex(State(owner: owner))
     }
 
@@ -87,9 +96,26 @@ final class PeerByteStream: Sendable {
 
     private func writerEnded(_ end: Channel.End) {
         switch end {
-        case .peerClosed: ref.finish()
+        case .peerClosed:
+            let finish = state.withLock { s -> Bool in
+                s.writerClosed = true
+                return !explicitFinish || s.finishRequested
+            }
+            if finish { ref.finish() }
         case .failed(let e): ref.close(reason: .cancelled, detail: "reading the client's socket failed: \(e)")
         }
+    }
+
+    /// `peer.finish-stream`: the client wrote everything; the stream finishes once the end of
+    /// its socket is read (at once if it was). The order of the two does not matter: the
+    /// request may overtake bytes still in the socket.
+    func requestFinish() {
+        let finish = state.withLock { s -> Bool in
+            guard !s.finishRequested else { return false }
+            s.finishRequested = true
+            return s.writerClosed
+        }
+        if finish { ref.finish() }
     }
 
     // MARK: Receiver: peer → client
@@ -221,10 +247,10 @@ final class PeerByteStreams: Sendable {
     private func stream(_ ref: PeerStreamRef) -> PeerByteStream? { state.withLock { s in s.byRef[ref].flatMap { s.byNumber[$0] } } }
 
     /// Registers a stream under the next number.
-    private func add(_ ref: PeerStreamRef, name: String, outgoing: Bool, owner: UInt64?) -> PeerByteStream {
+    private func add(_ ref: PeerStreamRef, name: String, outgoing: Bool, explicitFinish: Bool = false, owner: UInt64?) -> PeerByteStream {
         state.withLock { s in
             defer { s.next += 1 }
-            let stream = PeerByteStream(number: s.next, ref: ref, name: name, outgoing: outgoing, owner: owner)
+            let stream = PeerByteStream(number: s.next, ref: ref, name: name, outgoing: outgoing, explicitFinish: explicitFinish, owner: owner)
             s.byNumber[s.next] = stream
             s.byRef[ref] = s.next
             return stream
@@ -239,7 +265,7 @@ final class PeerByteStreams: Sendable {
     }
 
     /// Opens a stream to `peer` for the client of `rc`, whose socket goes with the reply.
-    func open(peer: PeerID, name: String, node: PeerNode, _ rc: RequestContext) throws(RPCError) -> PeerByteStream {
+    func open(peer: PeerID, name: String, explicitFinish: Bool, node: PeerNode, _ rc: RequestContext) throws(RPCError) -> PeerByteStream {
         let ours: Int32, theirs: Int32
         do {
             (ours, theirs) = try DescriptorPassing.streamPair()
@@ -250,7 +276,7 @@ final class PeerByteStreams: Sendable {
         do {
             // Registered before STREAM_OPEN can go: the peer's answer finds it.
             _ = try node.openStream(to: peer, name: name) { ref in
-                box.withLock { $0 = self.add(ref, name: name, outgoing: true, owner: rc.clientID) }
+                box.withLock { $0 = self.add(ref, name: name, outgoing: true, explicitFinish: explicitFinish, owner: rc.clientID) }
             }
         } catch {
             closeQuietly(ours)
@@ -282,11 +308,17 @@ final class PeerByteStreams: Sendable {
         return stream
     }
 
-    /// Incoming stream `number` (not yet accepted, when `unaccepted`).
-    func incoming(_ number: Int, unaccepted: Bool) throws(RPCError) -> PeerByteStream {
+    /// Stream `number`, either way, or the control protocol's not-found error.
+    func existing(_ number: Int) throws(RPCError) -> PeerByteStream {
         guard let stream = stream(number) else {
             throw RPCError(code: RPCErrorCode.notFound, message: "no stream \(number)", data: ["kind": "not-found", "what": "stream", "id": .int(Int64(number))])
         }
+        return stream
+    }
+
+    /// Incoming stream `number` (not yet accepted, when `unaccepted`).
+    func incoming(_ number: Int, unaccepted: Bool) throws(RPCError) -> PeerByteStream {
+        let stream = try existing(number)
         guard !stream.outgoing else { throw .invalidParams("stream", "stream \(number) is one this board opened (it writes)") }
         if unaccepted, stream.isAccepted { throw Self.invalidState("stream \(number) has been accepted already") }
         return stream
@@ -321,15 +353,16 @@ final class PeerByteStreams: Sendable {
 }
 
 extension PeerCapability {
-    /// `peer.open-stream`, `peer.accept-stream`, `peer.decline-stream`, `peer.close-stream`
-    /// and `peer.streams`; the events `peer.stream-opened` (to every subscriber) and
+    /// `peer.open-stream`, `peer.accept-stream`, `peer.decline-stream`, `peer.close-stream`,
+    /// `peer.finish-stream` and `peer.streams`; the events `peer.stream-opened` (to every subscriber) and
     /// `peer.stream-closed` (to the stream's client, or every subscriber before one took it).
     func registerByteStreams(_ context: DaemonContext, node: PeerNode) {
         context.register(ControlMethod.peerOpenStream) { [byteStreams] p, rc throws(RPCError) in
-            try p.rejectUnknown(allowed: ["peer", "name"])
+            try p.rejectUnknown(allowed: ["peer", "name", "explicit_finish"])
             let peer = try Self.peer(p, "peer")
             let name = try p.string("name")
-            let stream = try byteStreams.open(peer: peer, name: name, node: node, rc)
+            let explicitFinish = try p.optionalBool("explicit_finish") ?? false
+            let stream = try byteStreams.open(peer: peer, name: name, explicitFinish: explicitFinish, node: node, rc)
             var o = Self.json(stream)
             o["fd"] = true
             return .object(o)
@@ -350,11 +383,19 @@ extension PeerCapability {
         context.register(ControlMethod.peerCloseStream) { [byteStreams] p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["stream"])
             let number = Int(try p.int("stream", in: 1...Int64(Int32.max)))
-            guard let stream = byteStreams.stream(number) else {
-                throw RPCError(code: RPCErrorCode.notFound, message: "no stream \(number)", data: ["kind": "not-found", "what": "stream", "id": .int(Int64(number))])
-            }
+            let stream = try byteStreams.existing(number)
             stream.ref.close(reason: .cancelled, detail: "cancelled by a client")
             return ["stream": .int(Int64(number)), "cancelled": true]
+        }
+        context.register(ControlMethod.peerFinishStream) { [byteStreams] p, _ throws(RPCError) in
+            try p.rejectUnknown(allowed: ["stream"])
+            let number = Int(try p.int("stream", in: 1...Int64(Int32.max)))
+            let stream = try byteStreams.existing(number)
+            guard stream.outgoing, stream.explicitFinish else {
+                throw .invalidParams("stream", "stream \(number) was not opened here with explicit_finish: \(stream.outgoing ? "closing its socket ends it" : "its peer ends it")")
+            }
+            stream.requestFinish()
+            return ["stream": .int(Int64(number)), "finishing": true]
         }
         context.register(ControlMethod.peerStreams) { [byteStreams] p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: [])

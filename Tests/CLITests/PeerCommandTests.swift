@@ -65,6 +65,10 @@ import Glibc
                 if chunk.isEmpty { break }
                 got.withLock { $0 += chunk }
             }
+            // After the whole input (its socket's end), the command says it is complete.
+            let finish = try c.expect("peer.finish-stream")
+            #expect(finish.params["stream"] == 4)
+            try c.reply(finish, ["stream": 4, "finishing": true])
             try c.event("peer.stream-closed", ["stream": 4, "reason": "normal", "by_peer": true, "bytes": .int(Int64(got.withLock { $0.count }))])
             c.waitForClose()
         }
@@ -76,7 +80,8 @@ import Glibc
         #expect(run.code == 0, "\(run.err)")
         #expect(got.withLock { $0 } == bytes)
         #expect(run.err.contains("wrote 300000 bytes; the peer's reader has them all"), "\(run.err)")
-        #expect(daemon.requests.first?.params.values == ["peer": "ABCDEFG", "name": "feed"])
+        #expect(daemon.requests.first?.params.values == ["peer": "ABCDEFG", "name": "feed", "explicit_finish": true])
+        #expect(daemon.requests.map(\.method) == ["peer.open-stream", "peer.finish-stream"])
     }
 
     @Test(arguments: ["normal", "cancelled"])

@@ -103,6 +103,66 @@ extension PeerCapabilityTests {
         #expect(try aClient.nextEvent("peer.stream-closed")["data"]?["reason"] == "cancelled")
     }
 
+    /// `explicit_finish` (what `peerlink peer open-stream` uses): the socket's end alone is not
+    /// a normal end. A writer that goes the way a killed one does (socket and control
+    /// connection closed, no `peer.finish-stream`) is `cancelled` for the reader, not `normal`;
+    /// `peer.finish-stream` sent before the socket's end still waits for every byte.
+    @Test func aStreamOpenedWithExplicitFinishEndsNormallyOnlyWhenFinished() async throws {
+        let pair = try await ConnectedPair(a: "reader", b: "writer")
+        defer { pair.stop() }
+        let aClient = try RawClient(pair.a.socketPath)
+        let bytes: [UInt8] = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+
+        // Finished first, then the socket's end: normal, every byte.
+        let open = try pair.bClient.call("peer.open-stream", ["peer": .string(pair.aID), "name": "finished", "explicit_finish": true])
+        let writer = try Self.passedSocket(pair.bClient, open)
+        let number = try #require(try pair.aWatch.nextEvent("peer.stream-opened")["data"]?["stream"])
+        let reader = try Self.passedSocket(aClient, try aClient.call("peer.accept-stream", ["stream": number]))
+        async let got = onThread { try Self.readToEnd(reader) }
+        try await onThread { try SocketIO.sendAll(writer, bytes) }
+        #expect(try pair.bClient.call("peer.finish-stream", ["stream": open["stream"] ?? .null])["finishing"] == true)
+        closeQuietly(writer)
+        #expect(try await got == bytes)
+        closeQuietly(reader)
+        #expect(try aClient.nextEvent("peer.stream-closed")["data"]?["reason"] == "normal")
+        #expect(try pair.bClient.nextEvent("peer.stream-closed")["data"]?["reason"] == "normal")
+
+        // Gone without finishing, as a client killed by a signal: the reader hears cancelled.
+        let killed = try RawClient(pair.b.socketPath)
+        let open2 = try killed.call("peer.open-stream", ["peer": .string(pair.aID), "name": "killed", "explicit_finish": true])
+        let writer2 = try Self.passedSocket(killed, open2)
+        let number2 = try #require(try pair.aWatch.nextEvent("peer.stream-opened")["data"]?["stream"])
+        let reader2 = try Self.passedSocket(aClient, try aClient.call("peer.accept-stream", ["stream": number2]))
+        defer { closeQuietly(reader2) }
+        try SocketIO.sendAll(writer2, Array(bytes.prefix(1000)))
+        closeQuietly(writer2)
+        var first: [UInt8] = []
+        while first.count < 1000, try SocketIO.waitReadable(reader2, timeoutMilliseconds: 30_000) {
+            let chunk = try SocketIO.receive(reader2)
+            if chunk.isEmpty { break }
+            first += chunk
+        }
+        #expect(first == Array(bytes.prefix(1000)))
+        // The socket's end alone does not end it: a second later it is still open. (Without
+        // explicit_finish it would have ended normally by now.)
+        #expect(throws: (any Error).self, "no stream-closed before the writer's connection ends") {
+            try aClient.nextEvent("peer.stream-closed", timeout: 1)
+        }
+        _ = shutdown(killed.fd, Int32(SHUT_RDWR))  // its control connection ends too (closed at deinit)
+        let cut = try aClient.nextEvent("peer.stream-closed")["data"]
+        #expect(cut?["reason"] == "cancelled" && cut?["by_peer"] == true, "\(String(describing: cut))")
+        #expect(try Self.readToEnd(reader2).isEmpty, "the reader's socket ends, nothing more")
+
+        // Only a stream opened here with explicit_finish can be finished.
+        let plain = try pair.bClient.call("peer.open-stream", ["peer": .string(pair.aID), "name": "plain"])
+        let writer3 = try Self.passedSocket(pair.bClient, plain)
+        defer { closeQuietly(writer3) }
+        let refused = try pair.bClient.request("peer.finish-stream", ["stream": plain["stream"] ?? .null])
+        #expect(refused["error"]?["code"] == .int(Int64(RPCErrorCode.invalidParams)), "\(refused)")
+        let missing = try pair.bClient.request("peer.finish-stream", ["stream": 9999])
+        #expect(missing["error"]?["data"]?["kind"] == "not-found")
+    }
+
     @Test func byteStreamParametersAreChecked() async throws {
         let pair = try await ConnectedPair(a: "reader", b: "writer")
         defer { pair.stop() }

@@ -4,7 +4,8 @@
 # `peerlink peer accept-stream` (the oldest stream not yet taken, or the next one opened). 20 MiB from a file and 3 MiB
 # through a pipe arrive whole (sha256sum of what went in and what came out) and both
 # commands exit 0 only then; a client declines (the writer exits 1 with `declined`); the
-# reader leaves half way (the writer hears `cancelled`); p1's daemon is killed mid-stream
+# reader leaves half way (the writer hears `cancelled`); the writing command is killed with
+# SIGKILL half way (the reader hears `cancelled` and keeps no file); p1's daemon is killed mid-stream
 # (the writer exits 1 with the session's reason, the reader's file is not left under its
 # final name). `peer streams` lists a stream while it runs.
 # timeout: 480
@@ -81,7 +82,24 @@ run pl p2 peer open-stream "$ID1" left --from "$F/big.bin"
 assert_contains "$RUN_OUT" "ended: cancelled (by the peer)" "the writer hears cancelled"
 wait "$R"
 
-note "5. the reading daemon is killed mid-stream"
+note "5. the writing client is killed (kill -9) mid-stream: the reader never takes it for whole"
+# Its input gives 1 MiB, then nothing until the end of the test: the command is mid-stream.
+spawn reader-k pl p1 peer accept-stream --wait 120 --to "$F/killed.out"
+R=$SPAWN_PID
+spawn writer-k sh -c "{ head -c 1048576 '$F/big.bin'; sleep 600; } | exec '$PEERLINK_BIN/peerlink' --socket '$(pl_socket p2)' peer open-stream '$ID1' killed"
+W=$SPAWN_PID
+wait_for 60 sh -c "[ \$(stat -c %s '$F/killed.out.part' 2>/dev/null || echo 0) -ge 1048576 ]" || fail "the stream's first MiB did not arrive: $(cat "$(log_of reader-k)")"
+CLI=$(pgrep -f "peer open-stream $ID1 killed" | head -n 1)
+[ -n "$CLI" ] || fail "no open-stream process to kill"
+kill -9 "$CLI"
+wait "$R"; RC=$?
+[ "$RC" = 1 ] || fail "accept-stream of a stream whose writer was killed exited $RC: $(cat "$(log_of reader-k)")"
+assert_contains "$(cat "$(log_of reader-k)")" "cancelled" "the reader hears cancelled"
+[ ! -e "$F/killed.out" ] || fail "a stream cut by a killed writer was saved under its final name"
+[ ! -e "$F/killed.out.part" ] || fail "the reader left the part of a cut stream"
+kill "$W" 2>/dev/null; pkill -f "sleep 600" 2>/dev/null
+
+note "6. the reading daemon is killed mid-stream"
 head -c $((100 * 1024 * 1024)) /dev/zero >"$F/long.bin"
 spawn reader-5 pl p1 peer accept-stream --wait 120 --to "$F/long.out"
 R=$SPAWN_PID
