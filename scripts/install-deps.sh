@@ -97,6 +97,8 @@ LAB_DEPS=(
     "busybox-static|static busybox (vng's initramfs)|have_static_busybox"
     "iproute2|ip|have_cmd ip"
     "kmod|modprobe|have_cmd modprobe lsmod"
+    "systemd-sysv|systemd as /sbin/init (the lab's systemd boot)|have_file /lib/systemd/systemd /sbin/init"
+    "util-linux|unshare (the systemd boot's private mounts)|have_cmd unshare"
 )
 
 DEB_DEPS=(

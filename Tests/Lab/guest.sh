@@ -12,31 +12,34 @@ set -u
 # shellcheck disable=SC1090
 . "$1"
 export LAB_REPO LAB_RESULTS PEERLINK_BIN
+# virtme: virtme-ng's init ran this script (--exec); systemd: a unit did, under systemd as
+# PID 1 (systemd-boot.sh), and bluetoothd, avahi-daemon and D-Bus are Debian's own units.
+export LAB_BOOT=${LAB_BOOT:-virtme}
+SUFFIX=; [ "$LAB_BOOT" = virtme ] || SUFFIX=-$LAB_BOOT
 for v_ in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do [ -n "${!v_:-}" ] && export "$v_"; done
 export LAB_DIR="$LAB_REPO/Tests/Lab"
 export LAB_CONTROLLERS=${LAB_CONTROLLERS:-3}
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LAB_SCENARIO_TIMEOUT=${LAB_SCENARIO_TIMEOUT:-120}
-RESULTS_TXT="$LAB_RESULTS/results.txt"
-: >"$RESULTS_TXT"
+RESULTS_TXT="$LAB_RESULTS/results.txt"     # run.sh empties it once; each boot appends
 cd /
 
 now() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 # record PASS|FAIL NAME SECS DETAIL: one tab-separated line per result.
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RESULTS_TXT"; sync; }
-finish() { dmesg >"$LAB_RESULTS/dmesg.log" 2>&1; echo "$1" >"$LAB_RESULTS/guest-done"; sync; exit 0; }
+finish() { dmesg >"$LAB_RESULTS/dmesg$SUFFIX.log" 2>&1; echo "$1" >"$LAB_RESULTS/guest-done$SUFFIX"; sync; exit 0; }
 
 # shellcheck source=services.sh
 . "$LAB_DIR/services.sh"
 
-echo "[guest] kernel $(uname -r), $(nproc) cpus, PEERLINK_BIN=$PEERLINK_BIN"
+echo "[guest] kernel $(uname -r), $(nproc) cpus, PID 1 $(cat /proc/1/comm), PEERLINK_BIN=$PEERLINK_BIN"
 t0=$(now)
-if ! lab_up >"$LAB_RESULTS/lab-up.log" 2>&1; then
-    cat "$LAB_RESULTS/lab-up.log"
+if ! lab_up >"$LAB_RESULTS/lab-up$SUFFIX.log" 2>&1; then
+    cat "$LAB_RESULTS/lab-up$SUFFIX.log"
     tail -n 20 "$LAB_RESULTS"/daemons/*.log 2>/dev/null
     echo "[guest] the lab did not come up: no scenario can run"
-    record FAIL lab-setup "$(secs "$t0")" "lab did not come up (see lab-up.log, daemons/)"
+    record FAIL "lab-setup$SUFFIX" "$(secs "$t0")" "lab did not come up (see lab-up$SUFFIX.log, daemons/)"
     finish "lab-setup-failed"
 fi
 echo "[guest] lab up in $(secs "$t0")s: $(bluetoothctl list 2>/dev/null | awk '{print $2}' | tr '\n' ' ')avahi on dummy0 ($LAB_DUMMY_ADDR)"

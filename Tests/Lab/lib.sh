@@ -170,6 +170,14 @@ _lib_cleanup() {
         done
         # the reason goes last: the harness shows the last lines on FAIL
     fi
+    # The systemd boot: the guest's journal is kept with the scenario (it dies with the guest).
+    if [ "${LAB_BOOT:-virtme}" = systemd ]; then
+        journalctl -b --no-pager >"$LAB_OUT/journal.log" 2>&1
+        if [ "$rc" != 0 ]; then
+            echo "---- last lines of the journal of peerlinkd.service"
+            journalctl -u peerlinkd.service -b --no-pager -n 15 2>&1
+        fi
+    fi
     [ -n "$_LIB_FAILED" ] && printf 'FAIL: %s\n' "$_LIB_FAILED" >&2
     exit "$rc"
 }

@@ -6,7 +6,9 @@
 #
 # SCENARIO: a file in Tests/Lab/scenarios, by name (10-adapters), file name
 # (10-adapters.sh) or path, or the path of a script elsewhere (Tests/Lab/bench/30-notify.sh);
-# default: all of Tests/Lab/scenarios, in sorted order.
+# default: all of Tests/Lab/scenarios, in sorted order.  A scenario whose first lines say
+# `# boot: systemd` runs in a second boot of the guest with systemd as PID 1
+# (Tests/Lab/systemd-boot.sh); the others in the ordinary boot, virtme-ng's init.
 # --demo: run Tests/Lab/demo.sh instead, output shown live.
 #
 # Environment:
@@ -18,9 +20,10 @@
 #                  (make bench: scripts/make-deb.sh --build-only)
 #   LAB_KERNEL     kernel image (default: newest /boot/vmlinuz-*)
 #   LAB_RESULTS_DIR where results go (default: <repo>/.build/lab/<time>)
-#   LAB_TIMEOUT    whole run, seconds (default 2700: a guard against a hung
-#                  guest, not a target; the 29 scenarios take 25 to 30 min
+#   LAB_TIMEOUT    the ordinary boot, seconds (default 2700: a guard against a hung
+#                  guest, not a target; its 29 scenarios take 25 to 30 min
 #                  on a 2-core machine without KVM)
+#   LAB_SYSTEMD_TIMEOUT the systemd boot, seconds (default 1200; it takes about 5 min)
 #   LAB_SCENARIO_TIMEOUT per scenario, seconds (default 120; a scenario can
 #                  say `# timeout: N`)
 #   LAB_CPUS, LAB_MEMORY  guest size (default 2, 2G)
@@ -33,6 +36,7 @@ set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 LAB_DIR="$REPO/Tests/Lab"
 LAB_TIMEOUT=${LAB_TIMEOUT:-2700}
+LAB_SYSTEMD_TIMEOUT=${LAB_SYSTEMD_TIMEOUT:-1200}
 
 # verdict PASSED FAILED: the last line, and the exit status.
 verdict() {
@@ -117,6 +121,18 @@ for b in peerlinkd peerlink; do
     [ -x "$PEERLINK_BIN/$b" ] || echo "lab: warning: $PEERLINK_BIN/$b not found: scenarios that need it will FAIL (build with 'swift build' or set PEERLINK_BIN)" >&2
 done
 
+# ---- which boot each scenario needs ----------------------------------------------------
+# scenario_file NAME: the script of a scenario (a name in scenarios/, or an absolute path).
+scenario_file() { case $1 in /*) echo "$1" ;; *) echo "$LAB_DIR/scenarios/$1.sh" ;; esac; }
+plain=() systemd=()
+for s in "${scenarios[@]}"; do
+    if head -n 20 "$(scenario_file "$s")" | grep -q '^# boot: *systemd'; then systemd+=("$s"); else plain+=("$s"); fi
+done
+if [ ${#systemd[@]} -gt 0 ]; then
+    command -v unshare >/dev/null 2>&1 || cannot_run "unshare (util-linux) is needed for the systemd boot"
+    [ -x /lib/systemd/systemd ] || cannot_run "systemd is not installed on the host (the systemd boot runs the host's): $deps"
+fi
+
 # ---- results dir ------------------------------------------------------------------
 stamp=$(date +%Y%m%d-%H%M%S)
 results=${LAB_RESULTS_DIR:-$REPO/.build/lab/$stamp-$$}
@@ -125,30 +141,47 @@ if ! mkdir -p "$results" 2>/dev/null; then
 fi
 results=$(cd "$results" && pwd -P)
 case $results in "$REPO/.build/lab/"*) ln -sfn "${results##*/}" "$REPO/.build/lab/latest" ;; esac
-envfile="$results/lab.env"
-{
-    printf 'LAB_REPO=%q\n' "$REPO"
-    printf 'LAB_RESULTS=%q\n' "$results"
-    printf 'PEERLINK_BIN=%q\n' "$PEERLINK_BIN"
-    printf 'LAB_MODE=%q\n' "$mode"
-    printf 'LAB_SCENARIOS=%q\n' "${scenarios[*]}"
-    for v in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
-        [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
-    done
-} >"$envfile"
+: >"$results/results.txt"
+
+# write_env FILE BOOT SCENARIO...: what guest.sh reads.
+write_env() {
+    local file=$1 boot=$2; shift 2
+    {
+        printf 'LAB_REPO=%q\n' "$REPO"
+        printf 'LAB_RESULTS=%q\n' "$results"
+        printf 'PEERLINK_BIN=%q\n' "$PEERLINK_BIN"
+        printf 'LAB_MODE=%q\n' "$mode"
+        printf 'LAB_BOOT=%q\n' "$boot"
+        printf 'LAB_SCENARIOS=%q\n' "$*"
+        for v in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
+            [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
+        done
+    } >"$file"
+}
 
 # ---- boot ---------------------------------------------------------------------------
 echo "lab: kernel $kernel; PEERLINK_BIN=$PEERLINK_BIN; results in $results"
 [ "$mode" = demo ] && echo "lab: demo" || echo "lab: scenarios: ${scenarios[*]}"
 cd "$REPO" || cannot_run "cd $REPO"
 start=$(date +%s)
-# --disable-kvm: KVM aborts or hangs here; TCG works.  --force-9p: no virtiofsd.
-timeout -k 30 "$LAB_TIMEOUT" vng --run "$kernel" --disable-kvm --force-9p \
-    --cpus "${LAB_CPUS:-2}" --memory "${LAB_MEMORY:-2G}" --user root \
-    --rwdir "$results" \
-    --exec "bash $(printf %q "$LAB_DIR/guest.sh") $(printf %q "$envfile")" \
-    </dev/null 2>&1 | tee "$results/console.log"
-vng_rc=${PIPESTATUS[0]}
+declare -A boot_rc=()
+if [ "$mode" = demo ] || [ ${#plain[@]} -gt 0 ]; then
+    write_env "$results/lab.env" virtme "${plain[@]}"
+    # --disable-kvm: KVM aborts or hangs here; TCG works.  --force-9p: no virtiofsd.
+    timeout -k 30 "$LAB_TIMEOUT" vng --run "$kernel" --disable-kvm --force-9p \
+        --cpus "${LAB_CPUS:-2}" --memory "${LAB_MEMORY:-2G}" --user root \
+        --rwdir "$results" \
+        --exec "bash $(printf %q "$LAB_DIR/guest.sh") $(printf %q "$results/lab.env")" \
+        </dev/null 2>&1 | tee "$results/console.log"
+    boot_rc[virtme]=${PIPESTATUS[0]}
+fi
+if [ ${#systemd[@]} -gt 0 ]; then
+    echo "lab: systemd boot: ${systemd[*]}"
+    write_env "$results/lab-systemd.env" systemd "${systemd[@]}"
+    timeout -k 30 "$LAB_SYSTEMD_TIMEOUT" unshare -m --propagation private \
+        bash "$LAB_DIR/systemd-boot.sh" "$kernel" "$results/lab-systemd.env" "$results" "$results/console-systemd.log"
+    boot_rc[systemd]=$?
+fi
 elapsed=$(( $(date +%s) - start ))
 
 # ---- summary --------------------------------------------------------------------------
@@ -173,15 +206,21 @@ expected=("${scenarios[@]}")
 for s in "${expected[@]}"; do
     s=$(basename "$s" .sh)
     [ -n "${seen[$s]:-}" ] && continue
-    [ -n "${seen[lab-setup]:-}" ] && { failed=$((failed + 1)); echo "FAIL $s: not run (the lab did not come up)"; continue; }
+    setup=lab-setup; [[ " ${systemd[*]} " == *" $s "* ]] && setup=lab-setup-systemd
+    [ -n "${seen[$setup]:-}" ] && { failed=$((failed + 1)); echo "FAIL $s: not run (the lab did not come up)"; continue; }
     failed=$((failed + 1)); echo "FAIL $s: no result (guest crashed or timed out before it finished)"
 done
-if [ ! -f "$results/guest-done" ]; then
+for boot in "${!boot_rc[@]}"; do
+    done_file=$results/guest-done console=$results/console.log
+    [ "$boot" = virtme ] || { done_file=$results/guest-done-$boot; console=$results/console-$boot.log; }
+    [ -f "$done_file" ] && continue
     failed=$((failed + 1))
-    if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then
-        echo "FAIL lab: the guest was killed after the overall timeout of ${LAB_TIMEOUT}s"
+    rc=${boot_rc[$boot]}
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        tmo=$LAB_TIMEOUT; [ "$boot" = virtme ] || tmo=$LAB_SYSTEMD_TIMEOUT
+        echo "FAIL lab ($boot boot): the guest was killed after the timeout of ${tmo}s"
     else
-        echo "FAIL lab: the guest did not finish (vng exit $vng_rc; see $results/console.log)"
+        echo "FAIL lab ($boot boot): the guest did not finish (exit $rc; see $console)"
     fi
-fi
+done
 verdict "$passed" "$failed"

@@ -3,6 +3,10 @@
 # controllers) and avahi-daemon on dummy0.  Sourced by guest.sh (to bring the
 # lab up) and by lib.sh (so scenarios can stop/start/restart daemons).
 #
+# Under the systemd boot (LAB_BOOT=systemd, Tests/Lab/systemd-boot.sh) D-Bus, bluetoothd and
+# avahi-daemon are Debian's own units, started and stopped with systemctl; btvirt is still
+# the lab's.
+#
 # Every service is started with `setsid` and its pid kept under $LAB_RUN, so
 # a daemon (re)started by a scenario outlives that scenario's process group,
 # which guest.sh kills when the scenario ends.  Logs go to
@@ -155,6 +159,11 @@ lab_power_all_on() {
 }
 
 lab_start_bluetoothd() {
+    if [ "${LAB_BOOT:-virtme}" = systemd ]; then
+        systemctl start bluetooth.service || return 1
+        lab_wait_adapters 15
+        return
+    fi
     _lab_pid bluetoothd >/dev/null && return 0
     _lab_spawn bluetoothd "$LAB_BLUETOOTHD" -n -E || return 1
     lab_wait_adapters 15 && return 0
@@ -164,7 +173,8 @@ lab_start_bluetoothd() {
     lab_wait_adapters 15
 }
 lab_stop_bluetoothd() {
-    _lab_kill bluetoothd
+    if [ "${LAB_BOOT:-virtme}" = systemd ]; then systemctl stop bluetooth.service || return 1
+    else _lab_kill bluetoothd; fi
     _lab_until 5 sh -c '! busctl status org.bluez' || { _lab_log "org.bluez still on the bus"; return 1; }
 }
 lab_restart_bluetoothd() { lab_stop_bluetoothd && lab_start_bluetoothd; }
@@ -208,6 +218,11 @@ _lab_avahi_conf() {
 lab_start_avahi() {
     _lab_pid avahi >/dev/null && return 0
     lab_setup_dummy0 || { _lab_log "dummy0 setup failed"; return 1; }
+    if [ "${LAB_BOOT:-virtme}" = systemd ]; then
+        systemctl start avahi-daemon.service || return 1
+        [ -n "${LAB_NOWAIT:-}" ] || lab_wait_avahi
+        return
+    fi
     _lab_avahi_conf
     mkdir -p /run/avahi-daemon
     rm -f /run/avahi-daemon/pid
@@ -223,7 +238,8 @@ lab_wait_avahi() {
         || { _lab_log "avahi-daemon did not reach RUNNING"; return 1; }
 }
 lab_stop_avahi() {
-    _lab_kill avahi
+    if [ "${LAB_BOOT:-virtme}" = systemd ]; then systemctl stop avahi-daemon.socket avahi-daemon.service || return 1
+    else _lab_kill avahi; fi
     _lab_until 5 sh -c '! busctl status org.freedesktop.Avahi' || { _lab_log "org.freedesktop.Avahi still on the bus"; return 1; }
 }
 lab_restart_avahi() { lab_stop_avahi && lab_start_avahi; }

@@ -1,0 +1,163 @@
+#!/bin/bash
+# boot: systemd
+# timeout: 900
+# The service as a board runs it: systemd is PID 1 (Tests/Lab/systemd-boot.sh), bluetoothd,
+# avahi-daemon and D-Bus are Debian's own units, the package (`make deb`) is installed with
+# apt-get and `systemctl enable --now peerlinkd` starts it.  Then, with systemd's own tools
+# (systemctl, journalctl, systemd-analyze) and the independent central (central.py):
+#   1. Type=notify: `systemctl start` returns once the daemon said READY=1, and the control
+#      socket answers at that moment; the daemon runs as user peerlink;
+#   2. a central reads and gets notifications from the service-run daemon (bluetoothd calls
+#      back into its GATT application through Debian's D-Bus policy for group bluetooth);
+#   3. `systemctl reload` re-reads the configuration and the journal says what changed;
+#   4. `kill -9` → Restart=on-failure starts it again;
+#   5. a hung daemon (SIGSTOP) → the watchdog (WatchdogSec=) kills and restarts it;
+#   6. a configuration error → exit 2, not restarted in a loop, `systemctl status` shows the
+#      file, line and key, and `journalctl -p err` has the error but not the notices (the
+#      <N> priority prefixes reach journald);
+#   7. udev: with the unit enabled but stopped, controllers appearing (btvirt started anew)
+#      start it (the package's rule: SYSTEMD_WANTS on an hci device);
+#   8. `systemd-analyze security peerlinkd`: in the OK band or better;
+#   9. `systemctl disable --now` (`apt-get purge` is proved by 80-package).
+. "$LAB_DIR/lib.sh"
+[ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is $(cat /proc/1/comm), not systemd: this scenario needs the lab's systemd boot ('# boot: systemd', Tests/Lab/systemd-boot.sh)"
+DEB=${PEERLINK_DEB:-}
+[ -n "$DEB" ] || DEB=$(ls -1t "$LAB_REPO"/.build/package/peerlink_*.deb 2>/dev/null | head -n 1)
+[ -n "$DEB" ] && [ -f "$DEB" ] || fail "no package to install (PEERLINK_DEB=${PEERLINK_DEB:-<unset>}, none in $LAB_REPO/.build/package): run 'make deb' on the host"
+dpkg -s peerlink >/dev/null 2>&1 && fail "peerlink is installed before the test: the guest is not clean"
+CONF=/etc/peerlink/peerlink.conf
+UNIT=peerlinkd.service
+
+prop() { systemctl show -p "$1" --value "$UNIT"; }
+main_pid() { prop MainPID; }
+# journal_since STAMP [journalctl args...]: the unit's journal since STAMP, messages only.
+journal_since() { local s=$1; shift; journalctl -u "$UNIT" --since "$s" --no-pager -o cat "$@"; }
+stamp() { date '+%Y-%m-%d %H:%M:%S'; }
+# restarted_from PID: the unit is active again under another main pid.
+restarted_from() { local p; p=$(main_pid); [ "$p" != 0 ] && [ "$p" != "$1" ] && [ "$(systemctl is-active "$UNIT")" = active ]; }
+answers() { timeout 5 peerlink status >/dev/null 2>&1; [ $? -le 2 ]; }
+
+note "0. the boot: $(systemctl is-system-running) ($(systemd-detect-virt)); bluetooth $(systemctl is-active bluetooth), avahi-daemon $(systemctl is-active avahi-daemon), dbus $(systemctl is-active dbus)"
+# man-db's trigger would rebuild the whole manual index through 9p (minutes in the emulator).
+rm -f /var/lib/man-db/auto-update
+
+note "1. apt-get install ./$(basename "$DEB"); systemctl enable --now peerlinkd"
+run timeout 300 apt-get install -y --no-install-recommends "$DEB"
+assert_eq "$RUN_RC" 0 "apt-get install"
+assert_eq "$(systemctl is-enabled "$UNIT" 2>&1)" disabled "the package leaves the unit disabled"
+run timeout 120 systemctl enable --now "$UNIT"
+assert_eq "$RUN_RC" 0 "systemctl enable --now"
+# Type=notify: systemctl returned when the daemon sent READY=1; asked at once, without a
+# wait, the socket answers (READY=1 comes after the socket listens).
+run timeout 5 peerlink --json status
+[ "$RUN_RC" -le 2 ] || fail "the control socket did not answer right after 'systemctl start' returned (exit $RUN_RC)"
+assert_eq "$(systemctl is-active "$UNIT")" active "the unit's state"
+assert_eq "$(prop Type)" notify "the unit's type"
+assert_eq "$(systemctl is-enabled "$UNIT")" enabled "enabled"
+PID=$(main_pid)
+assert_eq "$(ps -o user= -p "$PID" | tr -d ' ')" peerlink "the daemon's user"
+assert_contains " $(ps -o supgrp= -p "$PID") " "bluetooth" "the daemon's supplementary groups"
+
+note "2. a central reads and gets notifications from the service-run daemon"
+SVC=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D21
+CHR=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D22
+NAME="unit-run-$$"
+cat >"$LAB_OUT/app.json" <<JSON
+{"name": "unit", "services": [{"uuid": "$SVC", "characteristics": [
+  {"uuid": "$CHR", "flags": ["read", "notify"], "value": "$NAME"}]}]}
+JSON
+run timeout 30 peerlink gatt register "$LAB_OUT/app.json"
+assert_eq "$RUN_RC" 0 "gatt register"
+central_scanning c --adapter hci1 --service $SVC --char $CHR --subscribe 5 --ready-file "$LAB_OUT/ready" --restart 10 --timeout 90
+run timeout 30 peerlink advertise start --name unit --service $SVC
+assert_eq "$RUN_RC" 0 "advertise start"
+wait_for 60 test -e "$LAB_OUT/ready" || fail "the central did not subscribe: $(cat "$(log_of c)")"
+for i in 1 2 3 4 5; do
+    run timeout 30 peerlink gatt notify $CHR "$NAME --$(date +%Y-%m-%dT%H:%M:%S).$i"
+    assert_eq "$RUN_RC" 0 "gatt notify $i"
+done
+central_result c
+assert_eq "$RUN_RC" 0 "the central's exit status"
+check_notified "$(log_of c)" "$NAME"
+
+note "3. systemctl reload: the configuration is re-read; the journal says what changed"
+grep -q '^log_level = info$' "$CONF" || fail "no 'log_level = info' line in $CONF: $(cat "$CONF")"
+sed -i 's/^log_level = info$/log_level = debug/' "$CONF"
+t=$(stamp)
+run timeout 30 systemctl reload "$UNIT"
+assert_eq "$RUN_RC" 0 "systemctl reload"
+wait_for 15 sh -c "journalctl -u $UNIT --since '$t' -o cat | grep -q 'configuration reloaded.*log_level'" \
+    || fail "no 'configuration reloaded ... log_level' in the journal: $(journal_since "$t")"
+assert_eq "$(main_pid)" "$PID" "the main pid after a reload"
+sed -i 's/^log_level = debug$/log_level = info/' "$CONF"
+run timeout 30 systemctl reload "$UNIT"
+
+note "4. kill -9: Restart=on-failure starts it again"
+N0=$(prop NRestarts)
+kill -9 "$PID"
+wait_for 60 restarted_from "$PID" || fail "not restarted after kill -9: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
+assert_eq "$(prop NRestarts)" $((N0 + 1)) "NRestarts after kill -9"
+wait_for 15 answers || fail "the restarted daemon does not answer"
+PID=$(main_pid)
+
+note "5. a hung daemon (SIGSTOP): the watchdog kills and restarts it (WatchdogSec=$(prop WatchdogUSec))"
+t=$(stamp); t0=$(date +%s)
+kill -STOP "$PID"
+wait_for 120 restarted_from "$PID" || fail "a stopped daemon was not restarted: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
+note "restarted $(( $(date +%s) - t0 )) s after SIGSTOP"
+run journalctl --since "$t" --no-pager -o cat -u "$UNIT"
+assert_contains "$RUN_OUT" "Watchdog timeout" "systemd's reason for the restart"
+wait_for 15 answers || fail "the daemon restarted by the watchdog does not answer"
+
+note "6. a configuration error: exit 2, no restart loop; status and the journal name file, line and key"
+cp "$CONF" "$LAB_OUT/peerlink.conf.good"
+# On the first line: a key in the file's global section (the file ends inside [peer]).
+sed -i '1i no_such_key = 1' "$CONF"
+LINE=1
+t=$(stamp)
+run timeout 60 systemctl restart "$UNIT"
+[ "$RUN_RC" != 0 ] || fail "systemctl restart succeeded with a bad configuration"
+wait_for 15 sh -c "[ \"\$(systemctl is-active $UNIT)\" = failed ]" || fail "the unit is $(systemctl is-active "$UNIT"), not failed"
+assert_eq "$(prop ExecMainStatus)" 2 "the exit status of a configuration error"
+N0=$(prop NRestarts)
+# RestartPreventExitStatus=2: three RestartSec= periods later it is still failed, not restarted.
+sleep 6
+assert_eq "$(systemctl is-active "$UNIT")" failed "the state 6 s after the configuration error"
+assert_eq "$(prop NRestarts)" "$N0" "NRestarts after the configuration error"
+run systemctl status "$UNIT" --no-pager -l
+assert_contains "$RUN_OUT" "$CONF:$LINE: no_such_key" "systemctl status shows the file, line and key"
+ERR=$(journal_since "$t" -p err)
+assert_contains "$ERR" "configuration error: $CONF:$LINE: no_such_key" "the error at priority err"
+NOTICE=$(journalctl -u "$UNIT" -b --no-pager -o cat -p notice)
+assert_contains "$NOTICE" "configuration reloaded" "the reload's notice at priority notice"
+assert_not_contains "$(journalctl -u "$UNIT" -b --no-pager -o cat -p err)" "configuration reloaded" "a notice logged as an error"
+assert_not_contains "$NOTICE" "<3>" "a raw priority prefix in the journal"
+cp "$LAB_OUT/peerlink.conf.good" "$CONF"
+run systemctl reset-failed "$UNIT"
+run timeout 120 systemctl start "$UNIT"
+assert_eq "$RUN_RC" 0 "start with the configuration repaired"
+
+note "7. udev: enabled but stopped, controllers appearing start it"
+run timeout 60 systemctl stop "$UNIT"
+lab_stop_btvirt || fail "btvirt's controllers did not go away"
+assert_eq "$(systemctl is-active "$UNIT")" inactive "the unit with no controller"
+lab_start_btvirt || fail "btvirt did not come back"
+wait_for 60 sh -c "[ \"\$(systemctl is-active $UNIT)\" = active ]" || fail "controllers appearing did not start the unit: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
+wait_for 15 answers || fail "the daemon started by udev does not answer"
+
+note "8. systemd-analyze security"
+run systemd-analyze security "$UNIT" --no-pager
+LEVEL=$(printf '%s\n' "$RUN_OUT" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\) \([A-Z]*\).*/\1 \2/p')
+note "exposure: ${LEVEL:-?}"
+case ${LEVEL#* } in
+    OK|SAFE|PERFECT) ;;
+    *) fail "systemd-analyze security: '${LEVEL:-no level}', not OK or better: $(printf '%s\n' "$RUN_OUT" | grep '✗')" ;;
+esac
+
+note "9. systemctl disable --now"
+run timeout 60 systemctl disable --now "$UNIT"
+assert_eq "$RUN_RC" 0 "systemctl disable --now"
+assert_eq "$(systemctl is-enabled "$UNIT")" disabled "disabled"
+assert_eq "$(systemctl is-active "$UNIT")" inactive "stopped"
+# (apt-get purge, and what it leaves, is 80-package's: two more minutes of dpkg through 9p here.)
+note "ok"
