@@ -50,12 +50,14 @@ lab: deps-lab deps-deb build
 	SWIFT=$(SWIFT) scripts/make-deb.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh $(LAB)
 
-# Unit tests, the package (built and checked by lintian), then the lab; the lab's summary
+# Unit tests, the package (built and checked by lintian), `make install` into a scratch
+# DESTDIR, then the lab; the lab's summary
 # ("N passed, N failed") is the last line.
 check: deps-lab deps-deb
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 	SWIFT=$(SWIFT) scripts/make-deb.sh
+	SWIFT=$(SWIFT) scripts/check-install.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh
 
 demo: deps-lab build
@@ -94,10 +96,14 @@ BASHCOMPDIR := $(PREFIX)/share/bash-completion/completions
 # site-functions for /usr/local and others (already in zsh's default fpath there).
 ZSHCOMPDIR := $(if $(filter /usr,$(PREFIX)),$(PREFIX)/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 
-install: release
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlinkd
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/peerlink $(DESTDIR)$(PREFIX)/bin/peerlink
+# The package's binary (the Swift runtime linked in, stripped), `peerlink` a link to it.
+# scripts/check-install.sh (run by make check) installs into a DESTDIR and uninstalls.
+install: deps-deb
+	@bin=$$(SWIFT=$(SWIFT) scripts/make-deb.sh --build-only) || exit 1; \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink && \
+	install -m 0755 $$bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlinkd && \
+	strip --remove-section=.comment --remove-section=.note $(DESTDIR)$(PREFIX)/bin/peerlinkd && \
+	ln -sf peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 0644 docs/man/peerlink.1 $(DESTDIR)$(MANDIR)/man1/peerlink.1
 	install -m 0644 docs/man/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5
@@ -118,7 +124,7 @@ install: release
 	fi
 
 uninstall:
-	-systemctl disable --now peerlinkd 2>/dev/null
+	-[ -n "$(DESTDIR)" ] || systemctl disable --now peerlinkd 2>/dev/null
 	rm -f $(DESTDIR)$(PREFIX)/bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
 	rm -f $(DESTDIR)$(MANDIR)/man1/peerlink.1 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man8/peerlinkd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink

@@ -39,6 +39,13 @@ for d in "$LAB_DIR" "$results"; do
     case $d/ in /var/lib/*) die "$d is under /var/lib, which the systemd boot's guest overlays: put the repository and the results elsewhere" ;; esac
 done
 
+# unit_word PATH: PATH as one word of a unit's ExecStart=: in double quotes, with "%" doubled
+# (systemd reads %x as a specifier); a quote, backslash or line break is refused.
+unit_word() {
+    case $1 in *'"'*|*'\'*|*$'\n'*) die "a quote, backslash or line break in the path $1 cannot go into a unit file" ;; esac
+    printf '"%s"' "${1//%/%%}"
+}
+
 top=$(mktemp -d "${TMPDIR:-/tmp}/peerlink-sdroot.XXXXXX") || die "mktemp failed"
 trap 'umount -l "$top/root" 2>/dev/null; umount -l "$top" 2>/dev/null; rmdir "$top" 2>/dev/null' EXIT
 mount -t tmpfs -o mode=0755 peerlink-sdroot "$top" || die "cannot mount a tmpfs on $top"
@@ -51,6 +58,7 @@ rm -f "$R/usr/sbin/policy-rc.d"
 mkdir -p "$R$results" && mount --bind "$results" "$R$results" || die "cannot bind-mount $results into the guest's root"
 
 units=$R/etc/systemd/system
+guest_word=$(unit_word "$LAB_DIR/guest.sh") && env_word=$(unit_word "$envfile") || exit 3
 mkdir -p "$units/multi-user.target.wants"
 cat >"$units/peerlink-lab.service" <<UNIT
 [Unit]
@@ -59,7 +67,7 @@ After=multi-user.target
 
 [Service]
 Type=oneshot
-ExecStart=/bin/bash $LAB_DIR/guest.sh $envfile
+ExecStart=/bin/bash $guest_word $env_word
 ExecStopPost=/bin/systemctl --no-block poweroff
 StandardOutput=journal+console
 StandardError=journal+console
