@@ -76,8 +76,10 @@ extension PeerCapability {
     private static func inboxEntry(_ inbox: Inbox, _ name: String) -> JSONValue {
         let path = AtomicFile.join(inbox.directory, name)
         var o: [String: JSONValue] = ["name": .string(name), "path": .string(path)]
-        if let st = try? RegularFile.openForReading(path).status() { o["size"] = .int(Int64(clamping: st.size)) }
-        if let image = Inbox.imageHeader(of: path) { o.merge(json(image)) { $1 } }
+        // One open for the size and the image header: the file is read by name once.
+        guard let file = try? RegularFile.openForReading(path) else { return .object(o) }
+        if let st = try? file.status() { o["size"] = .int(Int64(clamping: st.size)) }
+        if let image = Inbox.imageHeader(of: file) { o.merge(json(image)) { $1 } }
         return .object(o)
     }
 

@@ -138,7 +138,13 @@ public final class Inbox: @unchecked Sendable {
     /// The PNG or JPEG header of the file at `path` (a received file), read from its first
     /// bytes; nil for anything else or a file that cannot be read.
     public static func imageHeader(of path: String) -> ImageHeader? {
-        guard let f = try? RegularFile.openForReading(path), let head = try? f.read(at: 0, count: ImageHeader.maxHeaderBytes) else { return nil }
+        guard let f = try? RegularFile.openForReading(path) else { return nil }
+        return imageHeader(of: f)
+    }
+
+    /// The PNG or JPEG header of an open file, nil when it is neither.
+    public static func imageHeader(of file: RegularFile) -> ImageHeader? {
+        guard let head = try? file.read(at: 0, count: ImageHeader.maxHeaderBytes) else { return nil }
         return ImageHeader.parse(head)
     }
 
