@@ -64,6 +64,14 @@ public enum AdapterSelector: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// What a registration made through `selector` asks for when it registers again: the
+    /// controller first chosen, by address, so it follows that controller to whatever hciN it
+    /// comes back under (and never lands on another controller that took its old name). No
+    /// selector (the first adapter) stays none.
+    public static func following(_ selector: AdapterSelector?, chosen: BluetoothAddress) -> AdapterSelector? {
+        selector == nil ? nil : .address(chosen)
+    }
+
     /// `hci0` or the address.
     public var description: String {
         switch self {

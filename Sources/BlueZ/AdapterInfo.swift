@@ -91,8 +91,9 @@ public enum BlueZEvent: Sendable, Hashable {
     case available
     /// `bluetoothd` left the bus.
     case unavailable
-    /// An adapter appeared.
-    case adapterAdded(AdapterInfo)
+    /// An adapter appeared; `previousName` when this controller (same address) was last seen
+    /// under another name (its hciN changed while it was gone).
+    case adapterAdded(AdapterInfo, previousName: String?)
     /// An adapter disappeared.
     case adapterRemoved(AdapterInfo)
     /// Some of an adapter's properties changed (field names as in `AdapterInfo.apply`).

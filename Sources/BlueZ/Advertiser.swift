@@ -50,6 +50,8 @@ public actor Advertiser {
         public let definition: AdvertisementDefinition
         /// The adapter asked for.
         public let adapter: AdapterSelector?
+        /// The adapter it registers on again (`AdapterSelector.following`).
+        let follows: AdapterSelector?
         /// The object path.
         public let path: ObjectPath
         /// The adapter it runs on now.
@@ -132,7 +134,7 @@ public actor Advertiser {
         if lim.supported <= 0 { throw .noInstances(active: lim.active, adapter: target.name) }
         let id = "adv\(nextID)"
         nextID += 1
-        var e = Entry(id: id, definition: def, adapter: adapter, path: ObjectPath.root.appending("org").appending("peerlink").appending(id),
+        var e = Entry(id: id, definition: def, adapter: adapter, follows: .following(adapter, chosen: target.address), path: ObjectPath.root.appending("org").appending("peerlink").appending(id),
                       registeredOn: nil, deadline: def.timeout.map { Date().addingTimeInterval(Double($0)) })
         do {
             try export(e, on: session.connection)
@@ -249,7 +251,7 @@ public actor Advertiser {
                 try? await remove(id, reason: "timeout")
                 continue
             }
-            guard let target = try? await session.bluez.adapter(e.adapter), target.powered else { continue }
+            guard let target = try? await session.bluez.adapter(e.follows), target.powered else { continue }
             registering.insert(id)
             defer { registering.remove(id) }
             // The object is exported again so a re-registration carries the remaining timeout.

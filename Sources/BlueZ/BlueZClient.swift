@@ -19,9 +19,15 @@ public actor BlueZClient {
     nonisolated let fanOut = EventFanOut<BlueZEvent>()
     private var owner: String?
     private var adapters: [BluetoothAddress: AdapterInfo] = [:]
+    /// The name each controller had when last seen, so one that comes back under another
+    /// hciN (unplugged and replugged, or its index taken meanwhile) is reported as the same.
+    private var lastNames: [BluetoothAddress: String] = [:]
+    /// Names whose controller now has another name: a selector by the old name follows it
+    /// until a controller appears under that name again.
+    private var movedNames: [String: BluetoothAddress] = [:]
     private var waiters: [UUID: Waiter] = [:]
     /// A copy of the table for readers outside the actor, updated before every event.
-    private nonisolated let snapshot = Mutex<(available: Bool, adapters: [AdapterInfo])>((false, []))
+    private nonisolated let snapshot = Mutex<(available: Bool, adapters: [AdapterInfo], moved: [String: BluetoothAddress])>((false, [], [:]))
 
     private struct Waiter {
         let address: BluetoothAddress
@@ -50,7 +56,8 @@ public actor BlueZClient {
     private func emit(_ event: BlueZEvent) {
         let list = adapterList
         let available = owner != nil
-        snapshot.withLock { $0 = (available, list) }
+        let moved = movedNames
+        snapshot.withLock { $0 = (available, list, moved) }
         onEvent(event)
         fanOut.yield(event)
     }
@@ -68,13 +75,26 @@ public actor BlueZClient {
     public func adapter(_ selector: AdapterSelector?) throws(BlueZError) -> AdapterInfo {
         guard owner != nil else { throw .unavailable("bluetoothd is not running (no owner of \(BlueZNames.service) on the \(bus.address))") }
         if let selector {
-            guard let a = adapters.values.first(where: { $0.matches(selector) }) else {
+            guard let a = Self.resolve(selector, in: adapterList, moved: movedNames) else {
                 throw .adapterNotFound(selector, known: adapterList.map { "\($0.name) (\($0.address))" })
             }
             return a
         }
         guard let first = adapterList.first else { throw .noAdapters }
         return first
+    }
+
+    /// The adapter a selector names at the last event (readable without waiting for the actor).
+    public nonisolated func adapterNow(_ selector: AdapterSelector) -> AdapterInfo? {
+        snapshot.withLock { Self.resolve(selector, in: $0.adapters, moved: $0.moved) }
+    }
+
+    /// The adapter `selector` names: by address, or by name; a name no adapter has now means
+    /// the controller last known by it, if that one is present under another name.
+    private static func resolve(_ selector: AdapterSelector, in adapters: [AdapterInfo], moved: [String: BluetoothAddress]) -> AdapterInfo? {
+        if let a = adapters.first(where: { $0.matches(selector) }) { return a }
+        guard case .name(let n) = selector, let address = moved[n] else { return nil }
+        return adapters.first { $0.address == address }
     }
 
     // MARK: Following BlueZ
@@ -163,8 +183,18 @@ public actor BlueZClient {
             emit(.adapterChanged(info, changed: changed))
         } else {
             adapters[info.address] = info
-            logger.info("adapter added", ["adapter.name": info.name, "adapter.address": info.address.description])
-            emit(.adapterAdded(info))
+            let previous = lastNames[info.address].flatMap { $0 == info.name ? nil : $0 }
+            lastNames[info.address] = info.name
+            // A controller under a new name: its old name follows it; its new name now means it.
+            movedNames[info.name] = nil
+            if let previous {
+                movedNames[previous] = info.address
+                logger.notice("adapter back under another name", ["adapter.name": info.name, "adapter.previous_name": previous,
+                                                                   "adapter.address": info.address.description])
+            } else {
+                logger.info("adapter added", ["adapter.name": info.name, "adapter.address": info.address.description])
+            }
+            emit(.adapterAdded(info, previousName: previous))
         }
         wake(info)
     }

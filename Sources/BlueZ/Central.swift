@@ -131,7 +131,7 @@ public actor Central {
             await resync()
         case .unavailable:
             lostBluetoothd(reason: "bluetoothd stopped")
-        case .adapterAdded(let a):
+        case .adapterAdded(let a, _):
             await resync()
             discovery.adapterAppeared(a.address)
             await reconcile(a.address)

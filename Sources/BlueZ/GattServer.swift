@@ -120,7 +120,9 @@ public enum GattServerError: Error, Sendable, CustomStringConvertible {
 /// again when bluetoothd comes back or their adapter re-appears (they belong to the daemon,
 /// not to one bluetoothd).
 public actor GattServer {
-    private var applications: [String: (app: LocalGattApplication, registeredOn: BluetoothAddress?)] = [:]
+    /// Each application, the adapter it is registered on now, and the one it registers on
+    /// again (`AdapterSelector.following`).
+    private var applications: [String: (app: LocalGattApplication, registeredOn: BluetoothAddress?, follows: AdapterSelector?)] = [:]
     private var order: [String] = []
     private var nextID = 1
     private var session: (connection: BusConnection, bluez: BlueZClient)?
@@ -192,7 +194,7 @@ public actor GattServer {
             app.unexport(from: session.connection)
             throw error
         }
-        applications[id] = (app, target.address)
+        applications[id] = (app, target.address, .following(adapter, chosen: target.address))
         order.append(id)
         publishLookup()
         onEvent(.registered(application: id, adapter: target, again: false))
@@ -219,7 +221,7 @@ public actor GattServer {
 
     /// The applications, in the order they were added, with the adapter each is registered on.
     public var list: [(app: LocalGattApplication, registeredOn: BluetoothAddress?)] {
-        order.compactMap { applications[$0] }
+        order.compactMap { applications[$0].map { ($0.app, $0.registeredOn) } }
     }
 
     /// The characteristic with `uuid` (in application `id`, or the first application that has
@@ -262,7 +264,7 @@ public actor GattServer {
         for id in order {
             guard let e = applications[id], e.registeredOn == nil, !registering.contains(id) else { continue }
             let target: AdapterInfo
-            do { target = try await session.bluez.adapter(e.app.adapter) } catch { continue }
+            do { target = try await session.bluez.adapter(e.follows) } catch { continue }
             registering.insert(id)
             defer { registering.remove(id) }
             do {

@@ -43,7 +43,7 @@ public enum ConfigKeys {
         ConfigKey("socket_mode", values: "octal 0000-0777 (0660, 660 or 0o660)", default: "0660",
                   "Permission bits of the control socket."),
         ConfigKey("adapter", values: "hciN or XX:XX:XX:XX:XX:XX", default: "the first adapter",
-                  "The Bluetooth adapter to use by default. HCI0 is read as hci0; addresses are stored uppercase, and an address follows the adapter across renames. Empty: the first adapter that can be powered on."),
+                  "The Bluetooth adapter to use by default. HCI0 is read as hci0; addresses are stored uppercase. Either follows its controller when it comes back under another hciN (a name, until another controller takes it). Empty: the first adapter that can be powered on."),
         ConfigKey("state_dir", values: "absolute path", default: "/var/lib/peerlink",
                   "Where persistent state is kept (the peer identity, trusted peers, DNS-SD names)."),
         ConfigKey("log_level", values: "error, warning (or warn), notice, info, debug", default: "info",

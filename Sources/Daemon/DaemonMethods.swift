@@ -87,9 +87,8 @@ extension PeerlinkDaemon {
 
     /// The adapter this daemon uses by default: the configured one, or the first.
     func defaultAdapter(_ b: BlueZClient) -> AdapterInfo? {
-        let all = b.adaptersNow
-        if let s = defaultSelector { return all.first { $0.matches(s) } }
-        return all.first
+        if let s = defaultSelector { return b.adapterNow(s) }
+        return b.adaptersNow.first
     }
 
     func publishBlueZ(_ event: BlueZEvent) {

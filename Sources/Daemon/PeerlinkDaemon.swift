@@ -165,7 +165,10 @@ public final class PeerlinkDaemon: Sendable {
         switch event {
         case .available: server.publish(topic: ControlEvent.bluezAvailable, data: [:])
         case .unavailable: server.publish(topic: ControlEvent.bluezUnavailable, data: [:])
-        case .adapterAdded(let a): server.publish(topic: ControlEvent.adapterAdded, data: ["adapter": j(a)])
+        case .adapterAdded(let a, let previous):
+            var data: [String: JSONValue] = ["adapter": j(a)]
+            if let previous { data["previous_name"] = .string(previous) }
+            server.publish(topic: ControlEvent.adapterAdded, data: .object(data))
         case .adapterRemoved(let a): server.publish(topic: ControlEvent.adapterRemoved, data: ["adapter": j(a)])
         case .adapterChanged(let a, let changed):
             server.publish(topic: ControlEvent.adapterChanged, data: ["adapter": j(a), "changed": .array(changed.map { .string($0) })])

@@ -35,7 +35,7 @@ actor AdapterMirror {
         var now = before
         switch event {
         case .available, .unavailable: break
-        case .adapterAdded(let a), .adapterChanged(let a, _): now[a.name] = a.powered
+        case .adapterAdded(let a, _), .adapterChanged(let a, _): now[a.name] = a.powered
         case .adapterRemoved(let a): now[a.name] = nil
         }
         powered = now
@@ -66,7 +66,7 @@ actor AdapterMirror {
         switch e {
         case .available: "available"
         case .unavailable: "unavailable"
-        case .adapterAdded(let a): "added \(a.name) powered=\(a.powered)"
+        case .adapterAdded(let a, _): "added \(a.name) powered=\(a.powered)"
         case .adapterRemoved(let a): "removed \(a.name)"
         case .adapterChanged(let a, let changed): "changed \(a.name) \(changed.joined(separator: ",")) powered=\(a.powered)"
         }

@@ -174,9 +174,40 @@ final class FakeBlueZ: Sendable {
         try fake.add(.init(name: "hci2", address: Self.a1))
         let added = try watcher.nextEvent("adapter.added")
         #expect(added["data"]?["adapter"]?["name"] == "hci2")
+        #expect(added["data"]?["previous_name"] == "hci1")
         // The default was configured by address, so it follows the adapter to its new name.
         #expect(try h.call("daemon.status")["default_adapter"] == "hci2")
         #expect(try h.call("adapter.power", ["on": false])["name"] == "hci2")
         #expect(fake.powered("hci2") == false)
+    }
+
+    /// A default configured by name follows its controller to the new name, until another
+    /// controller takes the old name: then the name means that one, and an adapter that
+    /// comes back under its own name is not reported as moved.
+    @Test func aNameFollowsItsControllerUntilAnotherTakesIt() async throws {
+        let (bus, fake, h) = try await start(adapter: "hci1")
+        defer { h.stop(); _ = bus }
+        let watcher = try RawClient(h.socketPath)
+        _ = try watcher.call("events.subscribe", ["topics": ["adapter.added", "adapter.removed"]])
+        fake.remove("hci1")
+        _ = try watcher.nextEvent("adapter.removed")
+        try fake.add(.init(name: "hci2", address: Self.a1))
+        #expect(try watcher.nextEvent("adapter.added")["data"]?["previous_name"] == "hci1")
+        #expect(try h.call("daemon.status")["default_adapter"] == "hci2")
+        #expect(try h.call("adapter.power", ["on": false, "adapter": "hci1"])["address"]?.stringValue == Self.a1)
+        #expect(fake.powered("hci2") == false)
+
+        let a3 = "00:AA:01:03:00:03"
+        try fake.add(.init(name: "hci1", address: a3))
+        let other = try watcher.nextEvent("adapter.added")
+        #expect(other["data"]?["adapter"]?["address"]?.stringValue == a3)
+        #expect(other["data"]?["previous_name"] == nil)
+        #expect(try h.call("daemon.status")["default_adapter"] == "hci1")
+        #expect(try h.call("adapter.power", ["on": false, "adapter": "hci1"])["address"]?.stringValue == a3)
+
+        fake.remove("hci0")
+        _ = try watcher.nextEvent("adapter.removed")
+        try fake.add(.init(name: "hci0", address: Self.a0))
+        #expect(try watcher.nextEvent("adapter.added")["data"]?["previous_name"] == nil)
     }
 }

@@ -16,7 +16,10 @@
 #      file, line and key, and `journalctl -p err` has the error but not the notices (the
 #      <N> priority prefixes reach journald);
 #   7. udev: with the unit enabled but stopped, controllers appearing (btvirt started anew)
-#      start it (the package's rule: SYSTEMD_WANTS on an hci device);
+#      start it (the package's rule: SYSTEMD_WANTS on an hci device); 7b. a controller removed
+#      and re-added under another hciN is followed by its address: adapter.added says which
+#      name it had, its GATT application and advertisement come back on it (the events, and
+#      busctl for the advertisement), none lands on the controller that took its name;
 #   8. `systemd-analyze security peerlinkd`: in the OK band or better;
 #   9. `systemctl disable --now` (`apt-get purge` is proved by 80-package).
 . "$LAB_DIR/lib.sh"
@@ -144,6 +147,91 @@ assert_eq "$(systemctl is-active "$UNIT")" inactive "the unit with no controller
 lab_start_btvirt || fail "btvirt did not come back"
 wait_for 60 sh -c "[ \"\$(systemctl is-active $UNIT)\" = active ]" || fail "controllers appearing did not start the unit: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
 wait_for 15 answers || fail "the daemon started by udev does not answer"
+
+note "7b. a controller removed and re-added under another hciN is followed by address"
+# btvirt's -l controllers take their address from their index (00:AA:01:0N:00:0N), so none
+# can come back under another hciN with the same address.  A controller on a pseudo terminal
+# (btvirt -S, attached through the kernel's hci_uart with btattach) has a fixed one (btvirt's
+# id 0x42): it is detached, a third btvirt's controller takes its index meanwhile, and it is
+# attached again under the next one.  (No central reads through it: the emulator's serial
+# controller is dual-mode, and a central on another controller of the same btvirt connects
+# to it but discovers no GATT service at all, ours or bluetoothd's own; Tests/Lab/README.md.)
+hcis() { ls /sys/class/bluetooth | grep -E '^hci[0-9]+$' | sort -V; }
+# new_hci BEFORE: the controller in /sys/class/bluetooth that BEFORE (a list) does not have;
+# fails when there is none.
+new_hci() { comm -13 <(printf '%s\n' $1 | sort) <(hcis | sort) | head -n 1 | grep .; }
+# last_pts: the pseudo terminal btvirt -S opened last (it opens a new one when the old hangs
+# up, often under the same number); pts_opened: how many it opened so far.
+last_pts() { sed -n 's/^Pseudo terminal at //p' "$(log_of btvirt-serial)" | tail -n 1; }
+pts_opened() { grep -c '^Pseudo terminal at ' "$(log_of btvirt-serial)"; }
+pts_more_than() { [ "$(pts_opened)" -gt "$1" ]; }
+# power_on hciN: bluetoothd lists it and it is powered (AutoEnable usually did it already).
+is_powered() { [ "$(adapter_powered "$1")" = true ]; }
+power_on() {
+    wait_for 20 adapter_addr "$1" || fail "bluetoothd does not list $1"
+    is_powered "$1" || busctl set-property org.bluez "/org/bluez/$1" org.bluez.Adapter1 Powered b true
+    wait_for 10 is_powered "$1" || fail "$1 is not powered"
+}
+# attach NAME PTS: btattach on PTS (spawned as NAME); ATTACHED = the controller it added, powered.
+attach() {
+    local before; before=$(hcis)
+    spawn "$1" btattach -B "$2" -P h4
+    wait_for 20 new_hci "$before" || fail "btattach $2 added no controller: $(cat "$(log_of "$1")")"
+    ATTACHED=$(new_hci "$before")
+    power_on "$ATTACHED"
+}
+modprobe hci_uart || fail "modprobe hci_uart: the kernel's serial HCI driver is needed to move a controller"
+# stdbuf: btvirt prints the pseudo terminal with printf, block-buffered into a file.
+spawn btvirt-serial stdbuf -oL btvirt -S
+wait_log 20 btvirt-serial "Pseudo terminal at" || fail "btvirt -S made no pseudo terminal: $(cat "$(log_of btvirt-serial)")"
+PTS=$(last_pts)
+attach attach1 "$PTS"; OLD=$ATTACHED
+ADDR=$(adapter_addr "$OLD")
+note "the moving controller: $OLD ($ADDR)"
+spawn events7 peerlink --json watch --topic adapter --topic gatt --topic advertise
+SVC2=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D31
+CHR2=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D32
+cat >"$LAB_OUT/app2.json" <<JSON
+{"name": "moved", "services": [{"uuid": "$SVC2", "characteristics": [
+  {"uuid": "$CHR2", "flags": ["read"], "value": "moved"}]}]}
+JSON
+wait_for 20 sh -c "peerlink --json adapter list | grep -q '$ADDR'" || fail "the daemon does not list $ADDR: $(peerlink adapter list 2>&1)"
+run timeout 30 peerlink gatt register "$LAB_OUT/app2.json" --adapter "$OLD"
+assert_eq "$RUN_RC" 0 "gatt register --adapter $OLD"
+run timeout 30 peerlink advertise start --name moved --service $SVC2 --adapter "$OLD"
+assert_eq "$RUN_RC" 0 "advertise start --adapter $OLD"
+assert_eq "$(bluez_prop "/org/bluez/$OLD" org.bluez.LEAdvertisingManager1 ActiveInstances)" 1 "advertisements on $OLD (busctl)"
+
+# Detached: the controller is gone; a third btvirt's controller takes its index.
+NPTS=$(pts_opened)
+pkill -f "btattach -B $PTS" || fail "no btattach to stop"
+wait_for 20 sh -c "[ ! -e /sys/class/bluetooth/$OLD ]" || fail "$OLD did not go away when btattach stopped"
+spawn placeholder btvirt -l1 -L
+wait_for 20 sh -c "[ -e /sys/class/bluetooth/$OLD ]" || fail "the placeholder controller did not take $OLD's index (now: $(hcis))"
+power_on "$OLD"
+[ "$(adapter_addr "$OLD")" != "$ADDR" ] || fail "the placeholder under $OLD has the moving controller's address"
+wait_for 20 pts_more_than "$NPTS" || fail "btvirt -S opened no new pseudo terminal after the detach: $(cat "$(log_of btvirt-serial)")"
+PTS2=$(last_pts)
+attach attach2 "$PTS2"; NEW=$ATTACHED
+assert_eq "$(adapter_addr "$NEW")" "$ADDR" "the address of the controller back as $NEW"
+[ "$NEW" != "$OLD" ] || fail "the controller came back under the same name $OLD"
+note "$ADDR: $OLD -> $NEW"
+
+# The daemon's events: the controller back under its new name, with its old one; its GATT
+# application and advertisement registered again there, not on the placeholder.
+wait_for 30 grep -q "\"previous_name\":\"$OLD\"" "$(log_of events7)" || fail "no adapter.added with previous_name $OLD: $(cat "$(log_of events7)")"
+ADDED=$(grep "\"previous_name\":\"$OLD\"" "$(log_of events7)")
+assert_contains "$ADDED" '"topic":"adapter.added"' "the event"
+assert_contains "$ADDED" "\"name\":\"$NEW\"" "the event's adapter"
+assert_contains "$ADDED" "\"address\":\"$ADDR\"" "the event's address"
+wait_for 30 sh -c "grep '\"topic\":\"gatt.reregistered\"' '$(log_of events7)' | grep -q '\"adapter\":\"$NEW\"'" \
+    || fail "no gatt.reregistered on $NEW: $(cat "$(log_of events7)")"
+wait_for 30 sh -c "grep '\"topic\":\"advertise.restarted\"' '$(log_of events7)' | grep -q '\"adapter\":\"$NEW\"'" \
+    || fail "no advertise.restarted on $NEW: $(cat "$(log_of events7)")"
+assert_not_contains "$(grep -E 'gatt.reregistered|advertise.restarted' "$(log_of events7)")" "\"adapter\":\"$OLD\"" "a registration on the placeholder"
+assert_eq "$(bluez_prop "/org/bluez/$NEW" org.bluez.LEAdvertisingManager1 ActiveInstances)" 1 "advertisements on $NEW (busctl)"
+assert_eq "$(bluez_prop "/org/bluez/$OLD" org.bluez.LEAdvertisingManager1 ActiveInstances)" 0 "advertisements on the placeholder $OLD (busctl)"
+pkill -f "btattach -B $PTS2"
 
 note "8. systemd-analyze security"
 run systemd-analyze security "$UNIT" --no-pager
