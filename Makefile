@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null || echo .build/debug)
 
-.PHONY: build release deb deps deps-lab deps-deb unit lab check demo bench man fuzz install uninstall clean help
+.PHONY: build release deb deps deps-lab deps-deb unit lab check demo bench soak man fuzz install uninstall clean help
 
 help:
 	@echo "make check    all tests: unit tests on the host, then the virtual Bluetooth lab"
@@ -18,6 +18,7 @@ help:
 	@echo "make lab      lab tests only (boots the VM; LAB=scenario-name to run one)"
 	@echo "make bench    benchmarks in the lab (release build): ours against the baselines, as ratios"
 	@echo "make build    debug build;  make release: optimised build"
+	@echo "make soak     two daemons under a steady mix in the lab, SOAK_MINUTES=30, restarts of bluetoothd and avahi-daemon"
 	@echo "make fuzz     libFuzzer on every decoder of outside input (FUZZ_SECONDS=120 each, FUZZ_TARGETS=...)"
 	@echo "make man      regenerate docs/man/* and docs/completions/* from the command and config tables"
 	@echo "make deb      .build/package/peerlink_<version>_<arch>.deb (static Swift runtime), checked by lintian"
@@ -76,6 +77,16 @@ bench: deps-lab
 	  PEERLINK_STATIC_BIN=$$static LAB_RESULTS_DIR=$$results \
 	  Tests/Lab/run.sh Tests/Lab/bench/[0-9]*.sh; rc=$$?; \
 	/usr/bin/python3 Tests/Lab/bench/summary.py $$results || rc=1; exit $$rc
+
+# Two daemons under a steady mix for SOAK_MINUTES (default 30) in one lab boot, bluetoothd and
+# avahi-daemon restarted every SOAK_RESTART_SECONDS (240); Tests/Lab/soak/soak-report.py
+# judges the samples and the accounting (README, Reliability). Debug build, as make check's lab.
+SOAK_MINUTES ?= 30
+soak: deps-lab build
+	@[[ "$(SOAK_MINUTES)" =~ ^[0-9]+$$ ]] || { echo "make soak: SOAK_MINUTES=$(SOAK_MINUTES) is not a whole number of minutes" >&2; exit 2; }
+	SOAK_MINUTES=$(SOAK_MINUTES) LAB_SCENARIO_TIMEOUT=$$(( $(SOAK_MINUTES) * 60 + 900 )) \
+	  LAB_TIMEOUT=$$(( $(SOAK_MINUTES) * 60 + 1800 )) LAB_RESULTS_DIR=.build/lab/soak-$$(date +%Y%m%d-%H%M%S) \
+	  PEERLINK_BIN=$(BIN) Tests/Lab/run.sh Tests/Lab/soak/10-soak.sh
 
 # Every fuzz target for FUZZ_SECONDS (default 120) each, or those in FUZZ_TARGETS; prints
 # executions, exec/s, coverage and crashes per target, and fails naming any that crashed.

@@ -16,7 +16,6 @@ export LAB_REPO LAB_RESULTS PEERLINK_BIN
 # PID 1 (systemd-boot.sh), and bluetoothd, avahi-daemon and D-Bus are Debian's own units.
 export LAB_BOOT=${LAB_BOOT:-virtme}
 SUFFIX=; [ "$LAB_BOOT" = virtme ] || SUFFIX=-$LAB_BOOT
-for v_ in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do [ -n "${!v_:-}" ] && export "$v_"; done
 export LAB_DIR="$LAB_REPO/Tests/Lab"
 export LAB_CONTROLLERS=${LAB_CONTROLLERS:-3}
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -153,8 +153,9 @@ write_env() {
         printf 'LAB_MODE=%q\n' "$mode"
         printf 'LAB_BOOT=%q\n' "$boot"
         printf 'LAB_SCENARIOS=%q\n' "$*"
-        for v in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES; do
-            [ -n "${!v:-}" ] && printf '%s=%q\n' "$v" "${!v}"
+        # Exported: the scenarios (children of guest.sh) read them.
+        for v in PEERLINK_DEB PEERLINK_STATIC_BIN BENCH_CLI_N BENCH_IDLE_SECONDS LAB_SCENARIO_TIMEOUT LAB_DEMO_TIMEOUT LAB_VERBOSE LAB_CONTROLLERS LAB_BTMON BENCH_COUNT BENCH_BATCH BENCH_PERF BENCH_RUNS BENCH_REPEAT BENCH_TRANSFER_BYTES SOAK_MINUTES SOAK_RESTART_SECONDS SOAK_SAMPLE_SECONDS; do
+            [ -n "${!v:-}" ] && printf 'export %s=%q\n' "$v" "${!v}"
         done
     } >"$file"
 }
