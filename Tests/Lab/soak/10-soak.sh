@@ -1,8 +1,8 @@
 #!/bin/bash
 # make soak: two daemons under a steady mix for SOAK_MINUTES (default 30), while bluetoothd
 # and avahi-daemon are restarted every SOAK_RESTART_SECONDS (default 240, avahi half a period
-# after bluetoothd). No `# timeout:` header: the Makefile sets LAB_SCENARIO_TIMEOUT from
-# SOAK_MINUTES.
+# after bluetoothd), except in the last 90 s. No `# timeout:` header: the Makefile sets
+# LAB_SCENARIO_TIMEOUT from SOAK_MINUTES.
 #
 # The mix (each operation is one `peerlink` command; its outcome, exit status and first line
 # of error, goes to ops.tsv):
@@ -112,14 +112,18 @@ worker_garbage() {
         sleep 3
     done
 }
+# No restart in the last SETTLE seconds: every kind of operation must be seen to succeed
+# again after the last one.
+SETTLE=90
+settling() { [ $(( END - $(date +%s) )) -lt "$SETTLE" ]; }
 worker_restarts() {
     local half=$((RESTART / 2))
     while :; do
-        sleep "$half"; running || break
+        sleep "$half"; running && ! settling || break
         printf '%s\tbluetoothd\n' "$(date +%s)" >>"$RESTARTS"
         lab_restart_bluetoothd >>"$LAB_OUT/restarts.log" 2>&1 && lab_wait_adapters 30 >>"$LAB_OUT/restarts.log" 2>&1 \
             && lab_power_all_on >>"$LAB_OUT/restarts.log" 2>&1
-        sleep "$half"; running || break
+        sleep "$half"; running && ! settling || break
         printf '%s\tavahi-daemon\n' "$(date +%s)" >>"$RESTARTS"
         lab_restart_avahi >>"$LAB_OUT/restarts.log" 2>&1
     done
