@@ -163,8 +163,8 @@ done
 while running; do sleep 30; note "$(wc -l <"$OPS") operations, $(wc -l <"$RESTARTS") restarts so far"; done
 wait "${pids[@]}"
 
-note "after the mix: a last message, then the accounting"
-# Everything sent must have arrived: the recorder logs b's peer events (ev-b.log).
+note "after the mix: the accounting"
+# Everything sent must have arrived: the recorder logs b's peer events (ev-b.log); 5 s for the last ones.
 sleep 5
 run "$PY3" "$LAB_DIR/soak/soak-report.py" --out "$LAB_OUT" --events "$(log_of ev-b)" \
     --pid a="$PID_A" --pid b="$PID_B" --alive a="$(kill -0 "$PID_A" 2>/dev/null && echo 1 || echo 0)" \
