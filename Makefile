@@ -44,19 +44,20 @@ deb: deps-deb
 
 unit: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	SWIFT=$(SWIFT) scripts/unit-tests.sh
 
 # The lab installs the package too (scenario 80-package): it is built first.
 lab: deps-lab deps-deb build
 	SWIFT=$(SWIFT) scripts/make-deb.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh $(LAB)
 
-# Unit tests, the package (built and checked by lintian), `make install` into a scratch
-# DESTDIR, then the lab; the lab's summary
+# Unit tests (scripts/unit-tests.sh: a hang fails with the tests that never ended), the
+# package (built and checked by lintian), `make install` into a scratch DESTDIR, then the
+# lab; the lab's summary
 # ("N passed, N failed") is the last line.
 check: deps-lab deps-deb
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	SWIFT=$(SWIFT) scripts/unit-tests.sh
 	SWIFT=$(SWIFT) scripts/make-deb.sh
 	SWIFT=$(SWIFT) scripts/check-install.sh
 	PEERLINK_BIN=$(BIN) Tests/Lab/run.sh

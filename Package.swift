@@ -85,7 +85,7 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),
         .testTarget(name: "SystemKitTests", dependencies: ["SystemKit", "TestSupport"]),
-        .testTarget(name: "SessionTests", dependencies: ["Session"]),
+        .testTarget(name: "SessionTests", dependencies: ["Session", "TestSupport"]),
         .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
         .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets", "DBus", "Session"]),

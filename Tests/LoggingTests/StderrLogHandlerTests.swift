@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+import SystemKit
 import Testing
 @testable import Logging
 
@@ -47,13 +49,27 @@ import Testing
     }
 
     @Test func writesWholeLinesFromManyThreads() async throws {
-        let pipe = Pipe()
-        let handler = StderrLogHandler(timestamps: false, output: pipe.fileHandleForWriting.fileDescriptor)
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        try setCloseOnExec(ends[0])
+        try setCloseOnExec(ends[1])
+        let handler = StderrLogHandler(timestamps: false, output: ends[1])
         let logger = Logger(label: "t", level: .debug, handler: handler)
         let perTask = 200, tasks = 8
-        let reader = Task.detached { () -> Data in
-            pipe.fileHandleForReading.readDataToEndOfFile()
-        }
+        // The reader is a thread of its own, started before any write: the writers fill the
+        // pipe (240 KB through 64 KB) and block in write(2), and on Swift's pool (two threads
+        // on a two-core machine) a reader task queued behind them would never run.
+        let read = Mutex<[UInt8]>([])
+        let drained = DispatchSemaphore(value: 0)
+        let readEnd = ends[0]
+        Thread {
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(readEnd, $0.baseAddress, $0.count) }
+                if n > 0 { read.withLock { $0 += buffer[0..<n] } } else if n == 0 || errno != EINTR { break }
+            }
+            drained.signal()
+        }.start()
         await withTaskGroup(of: Void.self) { group in
             for t in 0..<tasks {
                 group.addTask {
@@ -63,8 +79,11 @@ import Testing
                 }
             }
         }
-        try pipe.fileHandleForWriting.close()
-        let text = String(decoding: await reader.value, as: UTF8.self)
+        closeQuietly(ends[1])
+        let ended = drained.wait(timeout: .now() + 30) == .success
+        closeQuietly(ends[0])
+        #expect(ended, "the reader saw no end of file within 30 s")
+        let text = String(decoding: read.withLock { $0 }, as: UTF8.self)
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
         #expect(lines.count == perTask * tasks)
         for l in lines {

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 @testable import Session
 
@@ -25,38 +26,34 @@ import Testing
 
     static let file = ["/usr/bin/file", "/bin/file"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
-    /// What `file` says of `bytes`.
-    static func fileSays(_ bytes: [UInt8]) throws -> String {
+    /// What `file` says of `bytes` (run with runTool: Foundation's Process and Pipe leave
+    /// the pipe's write end open to children other tests spawn meanwhile, and the read here
+    /// then waited for them to end).
+    static func fileSays(_ bytes: [UInt8]) async throws -> String {
         let tool = try #require(file, "file is needed (Debian package file)")
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-image-\(UUID().uuidString.prefix(8))").path
         try Data(bytes).write(to: URL(fileURLWithPath: path))
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = ["-b", path]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        let result = try await runTool(tool, ["-b", path])
+        #expect(result.status == 0, "file: \(result)")
+        return result.stdout
     }
 
     @Test(arguments: [(1, 1), (640, 480), (3, 70_000), (0x7FFF_FFFF, 2)])
-    func pngSizesAgreeWithFile(_ size: (Int, Int)) throws {
+    func pngSizesAgreeWithFile(_ size: (Int, Int)) async throws {
         let bytes = Self.png(size.0, size.1)
         #expect(ImageHeader.parse(bytes) == ImageHeader(format: .png, width: size.0, height: size.1))
-        let said = try Self.fileSays(bytes)
+        let said = try await Self.fileSays(bytes)
         #expect(said.hasPrefix("PNG image data, \(size.0) x \(size.1)"), "file says: \(said)")
         #expect(ImageHeader.mediaType(of: bytes) == "image/png")
     }
 
     // `file` prints sizes over 32,767 as negative (it reads them signed): those are checked below.
     @Test(arguments: [(1, 1), (640, 480), (4000, 3000), (32_767, 7)])
-    func jpegSizesAgreeWithFile(_ size: (Int, Int)) throws {
+    func jpegSizesAgreeWithFile(_ size: (Int, Int)) async throws {
         let bytes = Self.jpeg(size.0, size.1)
         #expect(ImageHeader.parse(bytes) == ImageHeader(format: .jpeg, width: size.0, height: size.1))
-        let said = try Self.fileSays(bytes)
+        let said = try await Self.fileSays(bytes)
         #expect(said.hasPrefix("JPEG image data") && said.contains("\(size.0)x\(size.1)"), "file says: \(said)")
         #expect(ImageHeader.mediaType(of: bytes) == "image/jpeg")
     }

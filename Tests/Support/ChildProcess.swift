@@ -28,6 +28,10 @@ public final class ChildProcess: Sendable {
                 posix_spawn_file_actions_addopen(&actions, target, "/dev/null", target == 0 ? O_RDONLY : O_WRONLY, 0)
             }
         }
+        // The child keeps 0, 1 and 2 only. Tests run in parallel: a descriptor another test
+        // opened without close-on-exec (a pipe it reads to its end, say) would otherwise live
+        // on in this child, and that test would wait for as long as the child runs.
+        try Self.closeFromThree(&actions)
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
@@ -53,6 +57,21 @@ public final class ChildProcess: Sendable {
         guard rc == 0 else { throw SystemError(call: "posix_spawn", code: rc, context: path) }
         pid = child
     }
+
+    /// Adds "close every descriptor from 3 up" to `actions` (glibc 2.34's
+    /// posix_spawn_file_actions_addclosefrom_np, which Swift's Glibc module does not import:
+    /// looked up once by name).
+    private static func closeFromThree(_ actions: inout posix_spawn_file_actions_t) throws {
+        guard let addCloseFrom = Self.addCloseFrom else {
+            throw TestSupportError("posix_spawn_file_actions_addclosefrom_np is missing (glibc 2.34 or later is needed)")
+        }
+        let rc = addCloseFrom(&actions, 3)
+        guard rc == 0 else { throw SystemError(call: "posix_spawn_file_actions_addclosefrom_np", code: rc) }
+    }
+
+    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    private static let addCloseFrom: AddCloseFrom? = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np")
+        .map { unsafeBitCast($0, to: AddCloseFrom.self) }
 
     /// Waits for the child to exit (at most `timeout` seconds; nil: no limit) and returns its
     /// wait status, or nil on timeout. Blocks the calling thread.

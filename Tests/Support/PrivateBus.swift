@@ -43,10 +43,10 @@ public final class PrivateBus: Sendable {
         </busconfig>
         """
         try config.write(toFile: dir + "/bus.conf", atomically: true, encoding: .utf8)
-        // Close-on-exec: tests run in parallel, and a daemon spawned for another test must not
+        // Close-on-exec: tests run in parallel, and a program another test starts must not
         // keep this write end (this read would then never see end-of-file). The child gets its
-        // stdout through dup2, which clears the flag. (pipe2 is not imported; the instant
-        // between pipe and fcntl remains.)
+        // stdout through dup2, which clears the flag. (pipe2 is not imported; in the instant
+        // between pipe and fcntl ChildProcess still keeps it from its children.)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw TestSupportError("pipe failed") }
         try? setCloseOnExec(fds[0])
