@@ -32,6 +32,8 @@ final class ClientConnection: Sendable {
     private struct State {
         var framer: LineFramer
         var closed = false
+        /// close() was called: what is still answered on the queue before it runs is dropped.
+        var closing = false
         var inputDone = false
         var partialTimer: DispatchSourceTimer?
         /// Event topic filters; nil when the client has not subscribed.
@@ -92,7 +94,7 @@ final class ClientConnection: Sendable {
     private func take(_ bytes: [UInt8], _ out: inout [Line], ended: inout Bool) -> Bool {
         var tooLong = false
         let done = state.withLock { s -> Bool in
-            if s.inputDone || s.closed { return true }
+            if s.inputDone || s.closed || s.closing { return true }
             s.framer.append(bytes[...])
             while true {
                 do {
@@ -166,8 +168,7 @@ final class ClientConnection: Sendable {
             for fd in passing { closeQuietly(fd) }
         case .full:
             for fd in passing { closeQuietly(fd) }
-            logger.warning("closing client: it is not reading (more than \(limits.maxOutboundBytes) bytes waiting)")
-            close()
+            if close() { logger.warning("closing client: it is not reading (more than \(limits.maxOutboundBytes) bytes waiting)") }
             return
         }
         if thenClose { channel.whenFlushed { [weak self] in self?.close() } }
@@ -192,8 +193,16 @@ final class ClientConnection: Sendable {
         if closed { handler() }
     }
 
-    /// Closes the connection now (from any thread).
-    func close() {
+    /// Closes the connection (from any thread; on its queue, so whatever runs there now sees
+    /// `isClosed` at once and the close right after); true the first time.
+    @discardableResult
+    func close() -> Bool {
+        let first = state.withLock { s -> Bool in
+            if s.closing { return false }
+            s.closing = true
+            return true
+        }
+        guard first else { return false }
         queue.async { [self] in
             let closing = state.withLock { s -> (timer: DispatchSourceTimer?, handlers: [@Sendable () -> Void])? in
                 if s.closed { return nil }
@@ -210,8 +219,9 @@ final class ClientConnection: Sendable {
             channel.close()
             onClose(id)
         }
+        return true
     }
 
-    /// Whether the connection is closed.
-    var isClosed: Bool { state.withLock { $0.closed } }
+    /// Whether the connection is closed or closing.
+    var isClosed: Bool { state.withLock { $0.closed || $0.closing } }
 }

@@ -43,6 +43,11 @@ final class RequestPipeline: Sendable {
         run()
     }
 
+    /// Replies waiting in `run` go out once they reach this size: one read can hold a
+    /// thousand requests, and their replies, kept for one write, would pass the client's
+    /// outbound bound (16 MiB) many times over before the bound was checked.
+    static let batchBytes = 65_536
+
     /// Answers what waits until a request must wait. On the client's queue.
     private func run() {
         var out: [UInt8] = []
@@ -51,6 +56,12 @@ final class RequestPipeline: Sendable {
             out = []
         }
         while true {
+            if out.count >= Self.batchBytes { flush() }
+            // Closed (it stopped reading, or went away): the requests left are not answered.
+            if client.isClosed {
+                state.withLock { $0.done = true }
+                return
+            }
             let next = state.withLock { s -> ClientConnection.Line? in
                 guard !s.running, !s.done, s.head < s.pending.count else { return nil }
                 defer {

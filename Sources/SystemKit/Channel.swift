@@ -232,6 +232,9 @@ public final class Channel: Sendable {
         if now { handler() }
     }
 
+    /// Items queued in stream mode join the last waiting item until it holds this many bytes.
+    static let coalesceBytes = 262_144
+
     /// Queues `items` after what waits (all or none) and writes at once when nothing did.
     private func offer(_ items: [Item], counting: Bool) -> Offer {
         precondition(items.allSatisfy { $0.fds.isEmpty || !$0.bytes.isEmpty }, "descriptors travel with at least one byte")
@@ -245,10 +248,17 @@ public final class Channel: Sendable {
                 if counting { s.counts.refused += 1 }
                 return .full
             }
-            if mode == .stream, items.count == 1, items[0].fds.isEmpty, !empty, s.outbox[s.outbox.count - 1].bytes.count < 262_144 {
+            let last = s.outbox.count - 1
+            if mode == .stream, items.count == 1, items[0].fds.isEmpty, !empty, s.outbox[last].bytes.count < Self.coalesceBytes {
                 // Small replies in quick succession go out together in one send (descriptors
-                // of the last item still go with its first byte).
-                s.outbox[s.outbox.count - 1].bytes.append(contentsOf: items[0].bytes)
+                // of the last item still go with its first byte). Grown once to the limit,
+                // not by doubling past it: doubling left up to half of every item unused, and
+                // a full outbox held twice the bytes it counts.
+                let needed = s.outbox[last].bytes.count + items[0].bytes.count
+                if needed > s.outbox[last].bytes.capacity {
+                    s.outbox[last].bytes.reserveCapacity(max(needed, Self.coalesceBytes))
+                }
+                s.outbox[last].bytes.append(contentsOf: items[0].bytes)
             } else {
                 s.outbox.append(contentsOf: items)
             }

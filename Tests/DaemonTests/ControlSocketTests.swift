@@ -205,6 +205,56 @@ import Glibc
         #expect(try held[0].call("daemon.status")["version"] != nil)
     }
 
+    /// A client that sends requests and never reads the replies: they wait in the daemon up
+    /// to the bound (16 MiB), then the client is closed with a warning that says why; the
+    /// daemon's memory stays near that bound however much the client asks for, and everyone
+    /// else is served throughout.
+    @Test func aClientThatStopsReadingIsClosedAtTheBound() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        // A method that does not exist: answered at once, with a small error.
+        let request = Array(RPCRequest(id: 1, method: "rpc.discover").encodedLine())
+        let replyBytes = try { () throws -> Int in
+            let probe = try RawClient(h.socketPath)
+            try probe.send(request)
+            return try #require(try probe.readLine()).count + 1
+        }()
+        let before = try Self.memoryKiB(h.pid, "VmRSS")
+        // Replies for 96 MiB: six times the bound.
+        let count = 96 * 1_048_576 / replyBytes + 1
+        let stuck = try RawClient(h.socketPath)
+        let fd = stuck.fd
+        let batch = [UInt8]((0..<count).map { _ in request }.joined())
+        // Its own thread: the daemon may stop reading this client before all of it is sent,
+        // and the write then ends with the connection's close.
+        async let sent: Void = onThread { try? SocketIO.sendAll(fd, batch) }
+        var closedLogged = false
+        for _ in 0..<1500 where !closedLogged {
+            #expect(try h.call("daemon.status")["version"] != nil, "another client is served")
+            closedLogged = h.log.contains("closing client: it is not reading (more than 16777216 bytes waiting)")
+            if !closedLogged { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        await sent
+        #expect(closedLogged, "no warning in the log:\n\(h.log.suffix(2000))")
+        let warnings = h.log.components(separatedBy: "it is not reading").count - 1
+        #expect(warnings == 1, "the warning is logged once, not for every reply dropped: \(warnings)")
+        #expect(try stuck.waitForClose(timeout: 30), "the client that does not read is closed")
+        // Held to the bound: 96 MiB of replies never wait. What answering 700,000 requests
+        // costs besides (the allocator's arenas; about 21 MiB for a client that reads every
+        // reply) comes on top, so the check is 4 times the bound: 33 to 49 MiB were seen.
+        let peak = try Self.memoryKiB(h.pid, "VmHWM")
+        #expect(peak - before < 64 * 1024, "peak RSS \(peak) KiB from \(before) KiB: more than the bound waited")
+        #expect(try h.clientCount() == 0, "only the caller of daemon.status is left")
+    }
+
+    /// A line of /proc/PID/status, in KiB.
+    static func memoryKiB(_ pid: Int32, _ key: String) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix(key + ":") })
+        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
+    }
+
     @Test func statusWithoutBluetooth() async throws {
         let bus = try PrivateBus()
         let h = try await DaemonHarness(busAddress: bus.address)
