@@ -56,8 +56,9 @@ public actor Advertiser {
         public let path: ObjectPath
         /// The adapter it runs on now.
         public var registeredOn: BluetoothAddress?
-        /// When it stops by itself.
-        public var deadline: Date?
+        /// When it stops by itself (on the monotonic clock: a change of the wall clock neither
+        /// ends it early nor keeps it longer).
+        public var deadline: ContinuousClock.Instant?
     }
 
     private var entries: [String: Entry] = [:]
@@ -135,7 +136,7 @@ public actor Advertiser {
         let id = "adv\(nextID)"
         nextID += 1
         var e = Entry(id: id, definition: def, adapter: adapter, follows: .following(adapter, chosen: target.address), path: ObjectPath.root.appending("org").appending("peerlink").appending(id),
-                      registeredOn: nil, deadline: def.timeout.map { Date().addingTimeInterval(Double($0)) })
+                      registeredOn: nil, deadline: def.timeout.map { ContinuousClock.now.advanced(by: .seconds($0)) })
         do {
             try export(e, on: session.connection)
         } catch {
@@ -205,7 +206,7 @@ public actor Advertiser {
         if let du = d.duration { add("Duration", .uint16(du)) }
         if let t = e.deadline {
             // After a re-registration only the time that is left counts.
-            add("Timeout", .uint16(UInt16(clamping: max(1, Int(t.timeIntervalSinceNow.rounded(.up))))))
+            add("Timeout", .uint16(UInt16(clamping: max(1, Int(Self.secondsLeft(t).rounded(.up))))))
         }
         let id = e.id
         let release = MethodSpec("Release") { [weak self] _, reply in
@@ -227,11 +228,17 @@ public actor Advertiser {
         logger.info("advertising", ["adv.id": e.id, "adapter.name": adapter.name])
     }
 
+    /// Seconds from now to `deadline` (negative once past).
+    static func secondsLeft(_ deadline: ContinuousClock.Instant) -> Double {
+        let left = ContinuousClock.now.duration(to: deadline).components
+        return Double(left.seconds) + Double(left.attoseconds) / 1e18
+    }
+
     /// bluetoothd dropped the advertisement: it ends if its time is up, else it starts again.
     private func released(_ id: String) async {
         guard let e = entries[id] else { return }
         entries[id]?.registeredOn = nil
-        if let d = e.deadline, d.timeIntervalSinceNow <= 0.5 {
+        if let d = e.deadline, Self.secondsLeft(d) <= 0.5 {
             try? await remove(id, reason: "timeout")
             return
         }
@@ -247,7 +254,7 @@ public actor Advertiser {
         guard let session else { return }
         for id in order {
             guard let e = entries[id], e.registeredOn == nil, !registering.contains(id) else { continue }
-            if let d = e.deadline, d.timeIntervalSinceNow <= 0.5 {
+            if let d = e.deadline, Self.secondsLeft(d) <= 0.5 {
                 try? await remove(id, reason: "timeout")
                 continue
             }

@@ -52,7 +52,7 @@ enum CentralCommands {
             """,
         options: [
             adapterOption,
-            .value("service", valueName: "uuid", parser: .bluetoothUUID, repeating: true, help: "Only devices advertising this service (repeatable: any of them)."),
+            .value("service", valueName: "uuid", parser: .bluetoothUUID, repeating: true, help: "Only devices advertising this service; with several, any of them."),
             .value("name", valueName: "prefix", parser: .nonEmptyString, help: "Only devices whose name starts with this."),
             .value("name-pattern", valueName: "regex", parser: .nonEmptyString, help: "Only devices whose name matches this regular expression."),
             .value("rssi", valueName: "dBm", parser: .int(in: -127...20), help: "Only devices seen at least this strong, e.g. -70."),

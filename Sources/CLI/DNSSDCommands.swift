@@ -17,7 +17,7 @@ enum DNSSDCommands {
             """,
         options: [
             .value("subtype", valueName: "subtype", parser: .nonEmptyString, repeating: true,
-                   help: "A subtype, _label or _label._sub._type._tcp (repeatable)."),
+                   help: "A subtype, _label or _label._sub._type._tcp."),
             .value("interface", valueName: "name", parser: .nonEmptyString, help: "Publish on this network interface only."),
             .value("domain", valueName: "domain", parser: .nonEmptyString, help: "The domain (default: local)."),
             .flag("hold", help: "Tie the publication to this command: it stays until interrupted (like avahi-publish)."),

@@ -90,7 +90,7 @@ enum PeerCommands {
         ["peer", "send"],
         abstract: "Send a message to peers (all sessions unless --to).",
         options: [
-            .value("to", valueName: "id", parser: .nonEmptyString, repeating: true, help: "A peer (repeatable); default: every session."),
+            .value("to", valueName: "id", parser: .nonEmptyString, repeating: true, help: "A peer; default: every session."),
             .flag("unreliable", help: "Send it unreliably (never waits; dropped when the peer's datagram queue is full)."),
             .flag("no-wait", help: "Fail (busy) instead of waiting when a peer's queue is full."),
         ],

@@ -17,7 +17,7 @@ enum PeerDiscoveryCommands {
             bytes is published with a warning.
             """,
         options: [
-            .value("info", valueName: "key=value", parser: .nonEmptyString, repeating: true, help: "Discovery info (repeatable); pv, pid and pn are reserved."),
+            .value("info", valueName: "key=value", parser: .nonEmptyString, repeating: true, help: "Discovery info; pv, pid and pn are reserved."),
             .flag("stop", help: "Withdraw the advertisement instead."),
         ],
         arguments: [Positional("type", help: "The service type, e.g. cmj-stream.")],

@@ -30,7 +30,7 @@ enum PeerTransferCommands {
                 once offered. --json prints the reply and the peer.resource-* events.
                 """ + (image ? " The file must be a PNG or JPEG; the receiver reports its pixel size." : ""),
             options: [
-                .value("to", valueName: "id", parser: .nonEmptyString, repeating: true, help: "A peer (repeatable); default: every session."),
+                .value("to", valueName: "id", parser: .nonEmptyString, repeating: true, help: "A peer; default: every session."),
                 .value("name", valueName: "name", parser: .nonEmptyString, help: "The name offered (default: the file's own)."),
                 .flag("detach", help: "Return once offered; follow with 'peer transfers' or 'peer watch'."),
             ],

@@ -221,9 +221,9 @@ enum PeripheralCommands {
         options: [
             adapterOption,
             .value("name", valueName: "name", parser: .nonEmptyString, help: "Local name."),
-            .value("service", valueName: "uuid", parser: .localUUID, repeating: true, help: "A service UUID (repeatable)."),
-            .value("manufacturer", valueName: "id=hex", parser: .nonEmptyString, repeating: true, help: "Manufacturer data, company id (decimal or 0x) = hex bytes (repeatable)."),
-            .value("service-data", valueName: "uuid=hex", parser: .nonEmptyString, repeating: true, help: "Service data (repeatable)."),
+            .value("service", valueName: "uuid", parser: .localUUID, repeating: true, help: "A service UUID."),
+            .value("manufacturer", valueName: "id=hex", parser: .nonEmptyString, repeating: true, help: "Manufacturer data, company id (decimal or 0x) = hex bytes."),
+            .value("service-data", valueName: "uuid=hex", parser: .nonEmptyString, repeating: true, help: "Service data."),
             .value("appearance", valueName: "n", parser: .int(in: 0...65535), help: "GAP appearance value."),
             .flag("tx-power", help: "Include the TX power level."),
             .value("interval", valueName: "min-max", parser: .nonEmptyString, help: "Advertising interval range in ms, e.g. 100-200."),

@@ -38,7 +38,8 @@ public enum DaemonCommandLine {
         version: PeerlinkDaemon.version)
 
     /// Parses arguments (without the program name), runs the daemon, and returns the exit code:
-    /// 0 after a clean stop, 1 when it fails while running, 2 for a usage or configuration error.
+    /// 0 after a clean stop, 1 when it cannot start (the machine refused: a read-only state
+    /// directory, a port in use) or fails while running, 2 for a usage or configuration error.
     /// Raises the soft RLIMIT_NOFILE to the hard one (1024 is the usual soft default, systemd's
     /// too, while its hard one is 524288): every peer, client and watch is a descriptor, and a
     /// process that runs out is stopped by libdispatch. The peer listener keeps a reserve below
@@ -82,9 +83,14 @@ public enum DaemonCommandLine {
             var config = try DaemonConfig.load(path: overrides.configPath)
             config.apply(overrides)
             daemon = try PeerlinkDaemon(config: config, configPath: overrides.configPath, overrides: overrides)
-        } catch {
+        } catch let error as ConfigError {
             try? writeAll(2, Array("<3>peerlinkd: configuration error: \(error)\n".utf8))
             return 2
+        } catch {
+            // What the machine refused (a read-only or full state directory, a port or socket
+            // in use): not the configuration's fault, and it may pass, so a restart may help.
+            try? writeAll(2, Array("<3>peerlinkd: cannot start: \(error)\n".utf8))
+            return 1
         }
         do {
             try await daemon.run(signals: signalStream([.terminate, .interrupt, .hangup]))

@@ -72,7 +72,7 @@ extension PeerlinkDaemon {
         return [
             "version": .string(Self.version),
             "pid": .int(Int64(getpid())),
-            "uptime_seconds": .double((Date().timeIntervalSince(started) * 1000).rounded() / 1000),
+            "uptime_seconds": .double(Self.milliseconds(since: started) / 1000),
             "bus": .object(bus),
             "bluez": ["available": .bool(available)],
             "default_adapter": def.map { .string($0.name) } ?? .null,
@@ -94,5 +94,11 @@ extension PeerlinkDaemon {
     func publishBlueZ(_ event: BlueZEvent) {
         let def = link.withLock { $0.bluez }.flatMap { defaultAdapter($0) }
         publish(event, defaultAddress: def?.address)
+    }
+
+    /// Whole milliseconds from `start` to now.
+    static func milliseconds(since start: ContinuousClock.Instant) -> Double {
+        let e = ContinuousClock.now - start
+        return Double(e.components.seconds * 1000 + e.components.attoseconds / 1_000_000_000_000_000)
     }
 }

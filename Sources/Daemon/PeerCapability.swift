@@ -136,8 +136,7 @@ final class PeerCapability: DaemonCapability {
             try p.rejectUnknown(allowed: ["peer", "name"])
             let peer = try Self.peer(p, "peer")
             let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
-            let added = node.setTrusted(peer, name: name, true)
-            if let e = trust.saveError { throw .internalError(e) }
+            let added = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: name, true) }
             var o = Self.json(peer)
             o["added"] = .bool(added)
             return .object(o)
@@ -145,8 +144,7 @@ final class PeerCapability: DaemonCapability {
         context.register(ControlMethod.peerForget) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
-            let removed = node.setTrusted(peer, name: "", false)
-            if let e = trust.saveError { throw .internalError(e) }
+            let removed = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: "", false) }
             var o = Self.json(peer)
             o["removed"] = .bool(removed)
             return .object(o)

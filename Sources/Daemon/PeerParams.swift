@@ -100,6 +100,14 @@ extension PeerCapability {
     }
 
     /// A peer ID parameter: 64 hex digits, or the grouped text form (`peer.identity`'s `id_text`).
+    /// Runs a change of the trust store: one that cannot be saved (a full or read-only state
+    /// directory) is an internal error naming the file and the reason; nothing changed.
+    static func saving<T>(_ body: () throws(TrustStoreError) -> T) throws(RPCError) -> T {
+        do { return try body() } catch {
+            throw RPCError(code: RPCErrorCode.internalError, message: "\(error)", data: ["path": .string(error.path)])
+        }
+    }
+
     static func peer(_ p: RPCParams, _ key: String) throws(RPCError) -> PeerID {
         let text = try p.string(key)
         return try peerID(text, key)

@@ -21,7 +21,8 @@ public final class PeerlinkDaemon: Sendable {
     let logger: Logger
     let server: ControlServer
     let notifier: SystemdNotifier
-    let started = Date()
+    /// On the monotonic clock: uptime is not changed by setting the wall clock.
+    let started = ContinuousClock.now
     let link = Mutex(BusLink())
     /// The capabilities beyond adapters, each in its own files (see `DaemonCapability`).
     let capabilities: [any DaemonCapability]

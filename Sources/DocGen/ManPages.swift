@@ -109,7 +109,7 @@ enum ManPages {
                     + "Keys applied at once: \(DaemonConfig.liveKeys.sorted().joined(separator: ", ")); "
                     + "a change to any other key is logged as needing a restart. A file with an error is logged and the running configuration kept.")
         page.section("EXIT STATUS")
-        for (code, meaning) in [("0", "A clean stop."), ("1", "A failure while running."),
+        for (code, meaning) in [("0", "A clean stop."), ("1", "It cannot start because the machine refused (a read-only or full state directory, a port or socket in use), or it failed while running."),
                                 ("2", "A usage error or a configuration error (naming the file, line and key).")] {
             page.tagged(Roff.bold(code), meaning)
         }

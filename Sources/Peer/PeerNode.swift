@@ -92,10 +92,11 @@ public final class PeerNode: Sendable {
     }
 
     /// Trusts `peer` (or stops trusting it): persisted in the trust store, and a trusted peer
-    /// whose session is lost is redialled with backoff.
+    /// whose session is lost is redialled with backoff. Throws when the store cannot be
+    /// saved; nothing changed then.
     @discardableResult
-    public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) -> Bool {
-        let changed = trusted ? trust.trust(peer, name: name) : trust.forget(peer)
+    public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) throws(TrustStoreError) -> Bool {
+        let changed = trusted ? try trust.trust(peer, name: name) : try trust.forget(peer)
         state.withLock { trusted ? $0.table.trust(peer) : $0.table.distrust(peer) }
         return changed
     }
@@ -385,7 +386,11 @@ public final class PeerNode: Sendable {
                 }
             case .peerConnected(let peer, let id):
                 guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
-                if config.trustOnConnect { setTrusted(peer, name: summary.displayName, true) }
+                if config.trustOnConnect {
+                    do { try setTrusted(peer, name: summary.displayName, true) } catch {
+                        logger.warning("a peer accepted on connect is not trusted for next time", ["peer": peer.text, "error": "\(error)"])
+                    }
+                }
                 let waiters = state.withLock { s -> [Waiter] in
                     s.invitations[id] = nil
                     if let target = s.dialTargets[id] { s.lastReached[peer] = target }

@@ -47,43 +47,56 @@ public final class TrustStore: Sendable {
     /// Every trusted peer, by name.
     public var all: [Entry] { entries.withLock { $0.values.sorted { ($0.name, $0.peer.text) < ($1.name, $1.peer.text) } } }
 
-    /// Trusts `peer` (saved at once); false when it already was.
+    /// Trusts `peer` (saved at once); false when it already was. Throws when the file cannot
+    /// be written (a full or read-only disk): the store is then unchanged, in memory and on disk.
     @discardableResult
-    public func trust(_ peer: PeerID, name: String) -> Bool {
-        let added = entries.withLock { e -> Bool in
+    public func trust(_ peer: PeerID, name: String) throws(TrustStoreError) -> Bool {
+        try change { e in
             if e[peer] != nil { return false }
             e[peer] = Entry(peer: peer, name: name, since: Int64(Date().timeIntervalSince1970))
             return true
         }
-        if added { save() }
-        return added
     }
 
-    /// Forgets `peer` (saved at once); false when it was not trusted.
+    /// Forgets `peer` (saved at once); false when it was not trusted. Throws as `trust` does,
+    /// the store unchanged.
     @discardableResult
-    public func forget(_ peer: PeerID) -> Bool {
-        let removed = entries.withLock { $0.removeValue(forKey: peer) != nil }
-        if removed { save() }
-        return removed
+    public func forget(_ peer: PeerID) throws(TrustStoreError) -> Bool {
+        try change { $0.removeValue(forKey: peer) != nil }
     }
 
-    /// The last save's error, if it failed (the store in memory is still right).
-    public var saveError: String? { lastError.withLock { $0 } }
-    private let lastError = Mutex<String?>(nil)
+    /// Applies `edit` to a copy and saves it; the copy becomes the store only once it is on
+    /// disk. Under the lock, so saves happen in the order of the changes.
+    private func change(_ edit: (inout [PeerID: Entry]) -> Bool) throws(TrustStoreError) -> Bool {
+        try entries.withLock { (e: inout [PeerID: Entry]) throws(TrustStoreError) -> Bool in
+            var next = e
+            guard edit(&next) else { return false }
+            if let path { try Self.save(next, to: path) }
+            e = next
+            return true
+        }
+    }
 
-    private func save() {
-        guard let path else { return }
-        let file = StoredFile(peers: all.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since) })
+    private static func save(_ entries: [PeerID: Entry], to path: String) throws(TrustStoreError) {
+        let sorted = entries.values.sorted { ($0.name, $0.peer.text) < ($1.name, $1.peer.text) }
+        let file = StoredFile(peers: sorted.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since) })
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            let data = try encoder.encode(file)
-            try AtomicFile.write(Array(data), to: path, mode: 0o600)
-            lastError.withLock { $0 = nil }
+            try AtomicFile.write(Array(try encoder.encode(file)), to: path, mode: 0o600)
         } catch {
-            lastError.withLock { $0 = "saving \(path): \(error)" }
+            throw TrustStoreError(path: path, reason: "\(error)")
         }
     }
+}
+
+/// The trust store's file could not be written; nothing changed.
+public struct TrustStoreError: Error, CustomStringConvertible, Sendable {
+    /// The file.
+    public let path: String
+    /// Why (the system's error, with the call that failed).
+    public let reason: String
+    public var description: String { "cannot save the trusted peers to \(path): \(reason); nothing changed" }
 }
 
 /// The file's shape (`name` and `since` may be missing in a file written by hand).

@@ -245,8 +245,8 @@ import Testing
         }
         try a.node.answer(invitation: i.id, accept: true)
         _ = try await dial.value
-        a.node.setTrusted(b.node.peerID, name: "board-b", true)
-        b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        try a.node.setTrusted(b.node.peerID, name: "board-b", true)
+        try b.node.setTrusted(a.node.peerID, name: "board-a", true)
         #expect(await a.wait("connected", Self.isConnected) != nil)
 
         relay.cut()
@@ -259,8 +259,8 @@ import Testing
         #expect(b.count { if case .reconnecting(let p, 1, _) = $0 { p == a.node.peerID } else { false } } == 1)
         #expect(a.node.sessions.map(\.peer) == [b.node.peerID] && b.node.sessions.map(\.peer) == [a.node.peerID])
         // Forgotten: a drop is final.
-        b.node.setTrusted(a.node.peerID, name: "", false)
-        a.node.setTrusted(b.node.peerID, name: "", false)
+        try b.node.setTrusted(a.node.peerID, name: "", false)
+        try a.node.setTrusted(b.node.peerID, name: "", false)
         relay.cut()
         #expect(await b.signal.wait(timeout: .seconds(20)) { b.count(Self.isDisconnectedSession) == 2 })
         a.node.stop()

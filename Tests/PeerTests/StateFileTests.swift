@@ -43,8 +43,7 @@ import Testing
 
         // Saved and read back: the same entries, the file still private.
         let c = PeerID(hex: String(repeating: "ef", count: 32))!
-        #expect(store.trust(c, name: "third"))
-        #expect(store.saveError == nil)
+        #expect(try store.trust(c, name: "third"))
         let again = try TrustStore(path: path)
         #expect(Set(again.all) == Set(store.all))
         var info = stat()
@@ -66,6 +65,38 @@ import Testing
         } catch {
             #expect("\(error)".contains(path) && "\(error)".contains(words), "\(error)")
         }
+    }
+
+    /// A change that cannot be saved (a full or read-only disk in the lab scenario
+    /// 26-state-faults; here the store's directory is replaced by a file) throws an error
+    /// naming the file, and changes nothing, in memory or on disk; once the file can be
+    /// written again, the next change is saved with everything before it.
+    @Test func aChangeThatCannotBeSavedChangesNothing() throws {
+        let dir = try Directory()
+        let folder = dir.path + "/peer", path = folder + "/trusted-peers.json"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let store = try TrustStore(path: path)
+        let a = try #require(PeerID(hex: Self.idA)), b = try #require(PeerID(hex: Self.idB))
+        #expect(try store.trust(a, name: "a"))
+        let saved = try Data(contentsOf: URL(fileURLWithPath: path))
+
+        try FileManager.default.moveItem(atPath: folder, toPath: folder + ".away")
+        try Self.write("not a directory", folder)
+        for (what, change) in [("trust", { _ = try store.trust(b, name: "b") }), ("forget", { _ = try store.forget(a) })] as [(String, () throws -> Void)] {
+            do {
+                try change()
+                Issue.record("\(what) succeeded with no place to save")
+            } catch let e as TrustStoreError {
+                #expect(e.path == path && "\(e)".contains("nothing changed") && "\(e)".contains("Not a directory"), "\(e)")
+            }
+        }
+        #expect(store.isTrusted(a) && !store.isTrusted(b), "unchanged in memory")
+
+        try FileManager.default.removeItem(atPath: folder)
+        try FileManager.default.moveItem(atPath: folder + ".away", toPath: folder)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == saved, "unchanged on disk")
+        #expect(try store.trust(b, name: "b"))
+        #expect(Set(try TrustStore(path: path).all.map(\.peer)) == [a, b])
     }
 
     /// One good entry among bad ones (a wrong type, a missing key, a bad hash): the good one
