@@ -35,6 +35,11 @@ public actor Central {
     var localDisconnects: Set<DeviceKey> = []
     /// Reasons BlueZ 5.80+ gives in Device1.Disconnected, until the Connected change arrives.
     var disconnectReasons: [ObjectPath: String] = [:]
+    /// The address each adapter path had when last seen. The devices of a removed adapter
+    /// come out of the object table on one stream, the adapter out of BlueZClient's list on
+    /// another: a connected device removed after its adapter left that list is still
+    /// reported disconnected (it was lost without a word).
+    var adapterAtPath: [ObjectPath: BluetoothAddress] = [:]
     /// When each device's GATT objects last appeared, changed or went (see `settle`).
     var lastAttributeChange: [ObjectPath: ContinuousClock.Instant] = [:]
 
@@ -132,6 +137,7 @@ public actor Central {
         case .unavailable:
             lostBluetoothd(reason: "bluetoothd stopped")
         case .adapterAdded(let a, _):
+            adapterAtPath[a.path] = a.address
             await resync()
             discovery.adapterAppeared(a.address)
             await reconcile(a.address)
@@ -239,7 +245,11 @@ public actor Central {
     }
 
     func adapterAddress(of path: ObjectPath) -> BluetoothAddress? {
-        session?.bluez.adaptersNow.first { $0.path == path }?.address
+        if let a = session?.bluez.adaptersNow.first(where: { $0.path == path }) {
+            adapterAtPath[path] = a.address
+            return a.address
+        }
+        return adapterAtPath[path]
     }
 
     func adapterInfo(_ address: BluetoothAddress) -> AdapterInfo? {

@@ -24,6 +24,8 @@ final class FakeCentralBlueZ: Sendable {
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
     let fake: FakeBlueZ
+    /// hci0, with its discovery and ConnectDevice methods (to add it again after `removeAdapter`).
+    let adapter: FakeBlueZ.Adapter
     static let hci0: ObjectPath = "/org/bluez/hci0"
 
     init(busAddress: String) async throws {
@@ -57,7 +59,8 @@ final class FakeCentralBlueZ: Sendable {
                 }
             },
         ]
-        fake = try await FakeBlueZ(busAddress: busAddress, adapters: [.init(name: "hci0", address: "00:AA:01:00:00:00", methods: methods)])
+        adapter = .init(name: "hci0", address: "00:AA:01:00:00:00", methods: methods)
+        fake = try await FakeBlueZ(busAddress: busAddress, adapters: [adapter])
         holder.withLock { $0 = fake.connection }
     }
 
@@ -144,6 +147,22 @@ final class FakeCentralBlueZ: Sendable {
         return path
     }
 
+    /// The controller goes, as bluetoothd reports it: each device's objects removed, then
+    /// the adapter's (`adapterFirst`: the other way round, so the devices' removal is
+    /// certain to be seen after the adapter left the daemon's list of adapters); the
+    /// notification socket closes with the link.
+    func removeAdapter(devices: [String], adapterFirst: Bool = false) {
+        if adapterFirst { fake.remove("hci0") }
+        for address in devices {
+            let path = Self.hci0.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
+            fake.connection.unexport(path.appending("service0010").appending("char0011"))
+            fake.connection.unexport(path.appending("service0010"))
+            fake.connection.unexport(path)
+        }
+        closeNotify()
+        if !adapterFirst { fake.remove("hci0") }
+    }
+
     /// Sends one notification through the acquired socket (as bluetoothd would).
     func notify(_ bytes: [UInt8]) throws {
         let fd = box.state.withLock { $0.notifyEnd }
@@ -215,6 +234,48 @@ final class FakeCentralBlueZ: Sendable {
         #expect(fake.calls.filter { $0 == "Connect 00:AA:01:09:00:04" }.count == 1, "one attempt: the answer was believed, not retried")
         let read = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
         #expect(read["value"] == "heart")
+    }
+
+    /// The adapter removed while it scans, holds a connection and a subscription: the
+    /// device is reported disconnected (`removed`), the subscription ended, requests for it
+    /// fail naming the adapter; the scan is kept, and resumed when the controller is back.
+    /// (A fake: the lab moves a real controller in 90-systemd-unit, but not while connected.)
+    /// In either order of the removals: the device's was lost when it came second.
+    @Test(arguments: [false, true])
+    func anAdapterRemovedWhileScanningAndConnected(adapterFirst: Bool) async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        let watcher = try RawClient(h.socketPath)
+        _ = try watcher.call("events.subscribe", ["topics": ["central", "adapter"]])
+        let scan = try #require(try watcher.call("central.scan", [:])["scan"]?.stringValue)
+        fake.addDevice("00:AA:01:09:00:05", name: "heart", uuids: [Self.hr], rssi: -50)
+        _ = try watcher.nextEvent("central.discovered")
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:05", "timeout": 20])
+        _ = try watcher.call("central.subscribe", ["address": "00:AA:01:09:00:05", "characteristic": "2a37"])
+        try fake.notify(Array("before".utf8))
+        #expect(try watcher.nextEvent("central.notification")["data"]?["value"] == "before")
+        let starts = fake.calls.filter { $0 == "StartDiscovery" }.count
+
+        fake.removeAdapter(devices: ["00:AA:01:09:00:05"], adapterFirst: adapterFirst)
+        let after = try watcher.events(["central.disconnected", "central.subscription.ended", "adapter.removed"])
+        let gone = after["central.disconnected"]?["data"]
+        #expect(gone?["device"] == "00:AA:01:09:00:05" && gone?["reason"] == "removed", "\(String(describing: gone))")
+        #expect(after["central.subscription.ended"]?["data"]?["count"] == 1)
+        do {
+            _ = try h.call("central.read", ["address": "00:AA:01:09:00:05", "characteristic": "2a37", "adapter": "hci0"])
+            Issue.record("a read on a removed adapter must fail")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.adapterNotFound && e.message.contains("hci0"), "\(e)")
+        }
+        #expect(try h.call("daemon.status")["adapters"]?.arrayValue?.isEmpty == true)
+
+        try fake.fake.add(fake.adapter)
+        _ = try watcher.nextEvent("adapter.added")
+        let resumed = try watcher.nextEvent("central.scan.resumed")
+        #expect(resumed["data"]?["scan"]?.stringValue == scan)
+        #expect(fake.calls.filter { $0 == "StartDiscovery" }.count == starts + 1, "discovery started again: \(fake.calls)")
+        fake.addDevice("00:AA:01:09:00:06", name: "after", uuids: [Self.hr], rssi: -50)
+        #expect(try watcher.nextEvent("central.discovered")["data"]?["address"] == "00:AA:01:09:00:06")
     }
 
     @Test func connectPausesDiscoveryRetriesTransientFailuresAndResumes() async throws {

@@ -172,4 +172,21 @@ final class RawClient {
             if m["method"] == "event", m["params"]?["topic"]?.stringValue == topic { return m["params"]! }
         }
     }
+
+    /// Reads events until one of each of `topics` arrived, in any order (others are
+    /// skipped); returns the first params of each topic. Throws after `timeout` seconds,
+    /// naming the topics still missing.
+    func events(_ topics: Set<String>, timeout: Double = 10) throws -> [String: JSONValue] {
+        let deadline = Date().addingTimeInterval(timeout)
+        var seen: [String: JSONValue] = [:]
+        while seen.count < topics.count {
+            let m: JSONValue?
+            do { m = try readJSON(timeout: max(0.01, deadline.timeIntervalSinceNow)) } catch {
+                throw TestSupportError("no \(topics.subtracting(seen.keys).sorted()) within \(timeout) s")
+            }
+            guard let m else { throw TestSupportError("closed") }
+            if m["method"] == "event", let t = m["params"]?["topic"]?.stringValue, topics.contains(t), seen[t] == nil { seen[t] = m["params"]! }
+        }
+        return seen
+    }
 }
