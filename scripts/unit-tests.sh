@@ -19,6 +19,22 @@ STACKS=.build/unit-tests-stacks.txt
 mkdir -p .build
 rm -f "$STACKS"
 
+# The processes of session $1, from /proc (procps may not be installed).
+in_session() {
+    python3 - "$1" <<'EOF'
+import os, sys
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            stat = open(f"/proc/{p}/stat").read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...: comm may hold spaces, so split after ')'.
+        if stat[stat.rindex(")") + 2:].split()[3] == sys.argv[1]:
+            print(p)
+EOF
+}
+
 # setsid: the run is a session of its own, stopped as one.
 setsid stdbuf -oL -eL "$SWIFT" test --skip-build "$@" > >(stdbuf -oL tee "$LOG") 2>&1 &
 run=$!
@@ -47,7 +63,8 @@ for (kind, name), n in sorted(count.items()):
     if n > 0:
         print(f"  {kind} {name}" + (f" (x{n})" if n > 1 else ""))
 EOF
-    tests=$(pgrep -s "$run" -f 'PeerLinkPackageTests.xctest' | head -1)
+    tests=$(in_session "$run" | while read -r p; do
+        grep -qa 'PeerLinkPackageTests.xctest' "/proc/$p/cmdline" 2>/dev/null && echo "$p"; done | head -1)
     if [[ -n $tests ]] && command -v gdb >/dev/null; then
         gdb -batch -ex 'thread apply all bt' -p "$tests" > "$STACKS" 2>&1
         echo "unit-tests: every thread's stack is in $STACKS; the frames of this project's code in each:"
@@ -60,9 +77,9 @@ EOF
     fi
     # By session: swift test puts the test process in a group of its own, and the programs
     # the tests started (dbus-daemon, peerlinkd) are in that group.
-    pkill -TERM -s "$run" 2>/dev/null
+    in_session "$run" | xargs -r kill -TERM 2>/dev/null
     sleep 2
-    pkill -KILL -s "$run" 2>/dev/null
+    in_session "$run" | xargs -r kill -KILL 2>/dev/null
     wait "$run" 2>/dev/null
     exit 1
 fi
