@@ -116,6 +116,8 @@ public actor BlueZClient {
         for await m in messages {
             if let change = m.ownerChange { await ownerChanged(change.owner) } else { handle(m) }
         }
+        // Closed on purpose (the daemon shutting down): bluetoothd did not leave.
+        if bus.wasClosed { return }
         if !bus.isConnected {
             await ownerChanged(nil)
             throw BlueZError.unavailable("the connection to the \(bus.address) was lost")

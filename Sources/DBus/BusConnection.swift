@@ -93,6 +93,7 @@ public final class BusConnection: @unchecked Sendable {
 
     /// Closes the connection: pending calls fail with `Disconnected`, signal streams finish.
     public func close() {
+        state.withLock { $0.closedByOwner = true }
         onQueue {
             dbus_connection_close(self.conn)
             self.handleDisconnect()
@@ -101,6 +102,10 @@ public final class BusConnection: @unchecked Sendable {
 
     /// Whether the connection is still open.
     public var isConnected: Bool { state.withLock { !$0.disconnected } }
+
+    /// Whether `close()` was called: the connection was ended on purpose (a shutdown), not
+    /// lost, and whoever follows it has nothing to report.
+    public var wasClosed: Bool { state.withLock { $0.closedByOwner } }
 
     /// Returns when the connection is lost (or at once if it already is).
     public func waitUntilDisconnected() async {
@@ -278,6 +283,7 @@ struct BusRule {
 
 struct ConnectionState {
     var disconnected = false
+    var closedByOwner = false
     var subscriptions: [UInt64: Subscription] = [:]
     var nextSubscriptionID: UInt64 = 1
     /// The rules this connection has on the bus, by rule text.

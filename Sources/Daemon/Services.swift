@@ -56,9 +56,13 @@ struct BusService: Service {
             } catch {
                 logger.warning("lost the bus", ["error": "\(error)"])
             }
+            // The shutdown closes the connection first (see PeerlinkDaemon.run): nothing was
+            // lost, and there is nothing to connect again to.
+            let shuttingDown = connection.wasClosed
             for c in daemon.capabilities { await c.detach() }
             connection.close()
-            daemon.disconnected("the connection to the \(address) was lost")
+            daemon.disconnected(shuttingDown ? "shutting down" : "the connection to the \(address) was lost")
+            if shuttingDown { return }
         }
     }
 }

@@ -81,6 +81,15 @@ final class DaemonHarness: Sendable {
 
     /// Stops the daemon with SIGTERM; returns its exit code.
     @discardableResult
+    /// Stops the daemon (SIGTERM) and returns its exit code and everything it logged.
+    func stopReadingLog() -> (status: Int32, log: String) {
+        let st = ChildProcess.exitCode(child.stop())
+        let text = log
+        try? FileManager.default.removeItem(atPath: directory)
+        return (st, text)
+    }
+
+    @discardableResult
     func stop() -> Int32 {
         let st = ChildProcess.exitCode(child.stop())
         try? FileManager.default.removeItem(atPath: directory)

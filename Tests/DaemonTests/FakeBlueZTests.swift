@@ -86,6 +86,23 @@ final class FakeBlueZ: Sendable {
         return (bus, fake, h)
     }
 
+    /// A clean stop (SIGTERM) with bluetoothd on the bus logs no warning or error and does
+    /// not say bluetoothd left: the daemon closed its own bus connection ("lost the bus" and
+    /// "bluetoothd left the bus" at every stop were reports without a cause).
+    @Test func aCleanStopReportsNothingLost() async throws {
+        let (bus, _, h) = try await start()
+        defer { _ = bus }
+        _ = try await h.waitForStatus { $0["bluez"]?["available"] == true }
+        let (status, log) = h.stopReadingLog()
+        #expect(status == 0)
+        let stopping = try #require(log.range(of: "shutting down"), "no shutdown in the log:\n\(log)")
+        let after = log[stopping.lowerBound...]
+        let loud = after.split(separator: "\n").filter { $0.hasPrefix("<2>") || $0.hasPrefix("<3>") || $0.hasPrefix("<4>") }
+        #expect(loud.isEmpty, "logged while stopping: \(loud)")
+        #expect(!after.contains("bluetoothd left the bus") && !after.contains("connected to the bus"), "\(after)")
+        #expect(after.contains("peerlinkd stopped"))
+    }
+
     @Test func adaptersAreListedByAddressWithTheDefault() async throws {
         let (bus, fake, h) = try await start(adapter: Self.a1)
         defer { h.stop(); _ = (bus, fake) }

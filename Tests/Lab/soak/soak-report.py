@@ -12,6 +12,7 @@ exits 1 on a failure. The checks:
   - messages: every message sent is delivered exactly once; none delivered whose send failed;
   - operations: every failure carries its reason (exit 124, a timeout, or a failure without
     a word is a silent one); every kind of operation succeeds again after the last restart;
+  - logs: every warning or error each daemon logged names its cause (error= or reason=);
   - series after warm-up (the first quarter of the run, at least a minute): RSS grows by less
     than max(2 MiB, 5 % of its median) over the rest of the run (least-squares slope);
     descriptors, threads and match rules end no higher than their warm-up peak plus a small
@@ -21,6 +22,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -104,6 +106,27 @@ for kind in sorted(set(k for _, k, _, _ in ops)):
     verdict(not silent, f"{kind}: every failure carries its reason" + (f" ({len(silent)} silent, first at {silent[0][0]:.0f})" if silent else ""))
     after = [o for o in ok if last_restart is None or o[0] > last_restart]
     verdict(bool(after), f"{kind}: succeeds again after the last restart" if last_restart else f"{kind}: succeeds")
+
+# ---- logs ---------------------------------------------------------------------------------
+# Every warning or error a daemon logged names its cause (an error= or reason= field): the
+# soak's faults (restarts, garbage clients) explain them, and one without a cause is a report
+# nobody can act on.
+for kv in args.pid:
+    name = kv.split("=", 1)[0]
+    path = os.path.join(args.out, f"peerlinkd-{name}.log")
+    if not os.path.exists(path):
+        verdict(False, f"daemon {name}: its log {path} exists")
+        continue
+    loud = [l.rstrip("\n") for l in open(path, errors="replace") if re.match(r"<[0-4]>", l)]
+    without = [l for l in loud if not re.search(r" (error|reason)=", l)]
+    kinds = {}
+    for l in loud:
+        key = re.sub(r" [a-z_.]+=.*", "", l)
+        kinds[key] = kinds.get(key, 0) + 1
+    print(f"daemon {name}: {len(loud)} warnings and errors: " +
+          ("; ".join(f"{n}× {k}" for k, n in sorted(kinds.items(), key=lambda x: -x[1])[:5]) or "none"))
+    verdict(not without, f"daemon {name}: every warning and error names its cause" +
+            (f" ({len(without)} without, first: {without[0][:120]})" if without else ""))
 
 # ---- series ------------------------------------------------------------------------------
 rows = read_tsv("samples.tsv")
