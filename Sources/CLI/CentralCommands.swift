@@ -338,7 +338,7 @@ enum CentralCommands {
                 context.print(context.json ? data.description : valueText(data))
             } else if e["topic"]?.stringValue == ControlEvent.centralSubscriptionEnded {
                 ended = data["reason"]?.stringValue ?? "ended"
-                context.stderr.write("notifications stopped: \(ended!)\n")
+                context.stderr.write("subscription ended: \(ended!)\n")
                 break
             }
         }
@@ -350,7 +350,9 @@ enum CentralCommands {
             _ = try? context.perform(RPCCall(method: ControlMethod.centralUnsubscribe, params: ["subscription": .string(id)]), on: client)
         }
         if let count, got < count {
-            throw .failure("\(ended.map { "notifications stopped (\($0))" } ?? "timed out") after \(got) of \(count) values", exitCode: 1)
+            // The daemon's reason says what stopped it ("disconnected (remote)", "notifications
+            // stopped (…)"): given as is, not wrapped in words of ours that repeat it.
+            throw .failure(ended.map { "subscription ended after \(got) of \(count) values: \($0)" } ?? "timed out after \(got) of \(count) values", exitCode: 1)
         }
         return 0
     }

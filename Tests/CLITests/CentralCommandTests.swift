@@ -107,6 +107,24 @@ import Testing
         let run = peerlink(["subscribe", Self.dev, "2a37", "--disconnect"], daemon: daemon)
         #expect(run.code == 0, "\(run.err)")
         #expect(run.out == "Kenshin --1\n0x00ff\n")
-        #expect(run.err.contains("via acquire-notify, MTU 247") && run.err.contains("notifications stopped: disconnected (remote)"))
+        #expect(run.err.contains("via acquire-notify, MTU 247") && run.err.contains("subscription ended: disconnected (remote)"))
+    }
+
+    /// A subscription ended by the daemon before `--count` values: the daemon's reason once,
+    /// not wrapped in words that repeat it (it read "notifications stopped (notifications
+    /// stopped (…))").
+    @Test func subscribeEndedBeforeItsCountSaysTheReasonOnce() throws {
+        let reason = "notifications stopped (bluetoothd closed the notification socket)"
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("central.subscribe"), ["subscription": "sub-1", "device": .string(Self.dev), "characteristic": "2a37",
+                                                            "via": "acquire-notify", "mtu": 247])
+            try c.event("central.notification", ["subscription": "sub-1", "seq": 1, "value": "one", "value_hex": "6f6e65"])
+            try c.event("central.subscription.ended", ["subscription": "sub-1", "reason": .string(reason), "count": 1])
+            c.waitForClose()
+        }
+        let run = peerlink(["subscribe", Self.dev, "2a37", "--count", "3"], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.out == "one\n")
+        #expect(run.err.hasSuffix("subscription ended: \(reason)\npeerlink: subscription ended after 1 of 3 values: \(reason)\n"), "\(run.err)")
     }
 }

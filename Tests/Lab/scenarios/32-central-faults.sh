@@ -37,7 +37,7 @@ expect_rc 0 pl p advertise stop
 busctl call org.bluez /org/bluez/hci1/dev_$(adapter_addr hci0 | tr : _) org.bluez.Device1 Disconnect \
     || fail "the peripheral could not drop the link"
 wait_for 60 event_for central.disconnected || fail "no disconnect event: $(cat "$(log_of events)")"
-wait_log 20 sub "notifications stopped" || fail "the subscription did not end: $(cat "$(log_of sub)")"
+wait_log 20 sub "subscription ended" || fail "the subscription did not end: $(cat "$(log_of sub)")"
 wait_for 20 event_for central.reconnecting || fail "no reconnect attempt: $(cat "$(log_of events)")"
 py_check "disconnect event" "$(log_of events)" "$ADDR" <<'PY'
 import json, sys

@@ -30,7 +30,7 @@ SAMPLE=${SOAK_SAMPLE_SECONDS:-10}
 [[ $RESTART =~ ^[0-9]+$ ]] && [ "$RESTART" -ge 30 ] || fail "SOAK_RESTART_SECONDS=$RESTART: a whole number of seconds, at least 30"
 END=$(( $(date +%s) + MINUTES * 60 ))
 OPS=$LAB_OUT/ops.tsv SAMPLES=$LAB_OUT/samples.tsv RESTARTS=$LAB_OUT/restarts.tsv
-: >"$OPS"; : >"$RESTARTS"
+: >"$OPS"; : >"$RESTARTS"; rm -f "$LAB_OUT/.ble-done"
 SVC=C4FB2349-72FE-4CA2-94D6-1F3CB16331EE
 CHR=6A3E4B28-522D-4B3B-82A9-D5E2004534FC
 ADDR=$(lab_controller_addr 0)
@@ -76,10 +76,14 @@ worker_ble() {
         fi
         sleep 3
     done
+    touch "$LAB_OUT/.ble-done"
 }
+# Notifies until the ble worker has finished, not until END: a subscription started just
+# before the end waits for its three values (stopping here first timed it out, counted as
+# a failure of the daemon's).
 worker_notify() {
     local i=0
-    while running; do i=$((i + 1)); op notify pl a gatt notify $CHR "soak $i"; sleep 1; done
+    while [ ! -e "$LAB_OUT/.ble-done" ]; do i=$((i + 1)); op notify pl a gatt notify $CHR "soak $i"; sleep 1; done
 }
 worker_adv() {
     local id
