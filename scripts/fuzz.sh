@@ -9,7 +9,10 @@
 # later runs start from what earlier ones reached; never the repository). A crash or a
 # violated property leaves its input in .build/fuzz/crashes/<target>/ and makes the run
 # exit 1, naming it. Per target the summary prints executions, exec/s, libFuzzer's final
-# coverage (cov: edges, ft: features) and crashes. See docs/fuzzing.md.
+# coverage (cov: edges, ft: features) and crashes, and the executions of every run so far on
+# this machine (the ledger .build/fuzz/executions.tsv: one line per target and run, with the
+# date, seconds, executions, crashes and commit; the goal is 10 million per target over
+# time). See docs/fuzzing.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +56,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:symbolize=1}
 export SWIFT_BACKTRACE=enable=no
 failed=()
 rows=()
+LEDGER=$BUILD/executions.tsv
+[ -s "$LEDGER" ] || printf 'date\ttarget\tseconds\texecutions\tcrashes\tcommit\n' >"$LEDGER"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# total TARGET: the executions of TARGET over every run in the ledger.
+total() { awk -F'\t' -v t="$1" 'NR > 1 && $2 == t { n += $4 } END { printf "%d", n }' "$LEDGER"; }
 for t in $targets; do
     corpus=$BUILD/corpus/$t
     crashes=$BUILD/crashes/$t
@@ -78,11 +86,12 @@ for t in $targets; do
         for a in $artifacts; do echo "     input: $a"; done
         [ -n "$artifacts" ] || { echo "     (no input written; see $log)"; ncrash=1; }
     fi
-    rows+=("$(printf '%-20s %12s %9s %7s %7s %8s' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$ncrash")")
+    [[ ${execs:-} =~ ^[0-9]+$ ]] && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -Is)" "$t" "$SECONDS_EACH" "$execs" "$ncrash" "$commit" >>"$LEDGER"
+    rows+=("$(printf '%-20s %12s %9s %7s %7s %8s %14s' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$ncrash" "$(total "$t")")")
 done
 
 echo
-printf '%-20s %12s %9s %7s %7s %8s\n' target executions exec/s cov ft crashes
+printf '%-20s %12s %9s %7s %7s %8s %14s\n' target executions exec/s cov ft crashes "all runs"
 for r in "${rows[@]}"; do echo "$r"; done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "fuzz: crashes in: ${failed[*]} (inputs in $BUILD/crashes/<target>/; replay one with: swift build --product peerlink-fuzz && .build/debug/peerlink-fuzz TARGET FILE)" >&2

@@ -179,7 +179,8 @@ extension DNSSDClient {
         avahi_free(alt)
         p.renames += 1
         if let e = names.record(requested: p.spec.name, type: p.spec.type.description, domain: p.spec.domain, chosen: p.name) {
-            logger.warning("cannot save the chosen service name", ["error": e])
+            // Published under it all the same; only a restart would go back to the old name.
+            logger.warning("cannot save the chosen service name", ["path": names.path ?? "-", "dnssd.name": p.name, "error": e])
         }
         logger.notice("service name collision; renamed",
                       ["dnssd.id": p.id, "dnssd.old": old, "dnssd.name": p.name, "dnssd.collision": collision])

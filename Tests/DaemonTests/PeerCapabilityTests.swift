@@ -369,7 +369,7 @@ extension PeerCapabilityTests {
 
         // 1000 messages of mixed sizes (one of the largest the stream carries) b → a, echoed
         // by a's client → b, in order.
-        let messages: [[UInt8]] = try await onThread { (0..<1000).map { i in
+        let messages: [[UInt8]] = await onThread { (0..<1000).map { i in
             var rng = SystemRandomNumberGenerator()
             let size = i == 500 ? limit : i % 20 == 0 ? Int.random(in: 60_000...200_000, using: &rng) : Int.random(in: 1...3000, using: &rng)
             var m = [UInt8](repeating: 0, count: size)

@@ -68,7 +68,7 @@ import Testing
     }
 
     /// A change that cannot be saved (a full or read-only disk in the lab scenario
-    /// 26-state-faults; here the store's directory is replaced by a file) throws an error
+    /// 15-board-faults; here the store's directory is replaced by a file) throws an error
     /// naming the file, and changes nothing, in memory or on disk; once the file can be
     /// written again, the next change is saved with everything before it.
     @Test func aChangeThatCannotBeSavedChangesNothing() throws {

@@ -1,9 +1,14 @@
 #!/bin/bash
-# timeout: 150
+# timeout: 240
 # Faults of the board itself, with a daemon running through them:
 #  1. the state directory's disk is full: `peer trust` fails with an error naming the file
 #     and "No space left on device", nothing changes (in memory or on disk, no temporary
 #     file left), the daemon serves on; with room again the same request succeeds;
+#     While it is full, the other state files: a DNS-SD name chosen after a collision with
+#     an independent publisher (avahi-publish) is published all the same (avahi-browse) and
+#     the warning names the file and the reason; a file sent to a second daemon arrives
+#     whole (sha256sum) although the outgoing-transfer journal cannot be written, and the
+#     error names the journal and the reason; neither file appears, no temporary file left;
 #  2. the disk is read-only: `peer forget` fails the same way ("Read-only file system"),
 #     the peer stays trusted; a restart on the read-only disk keeps the identity and the
 #     trusted peer; a daemon whose fresh state directory is read-only exits at once, status
@@ -42,7 +47,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PEERLINKD_KEEP=1 start_peerlinkd a hci0
+printf 'peer.port = 7311\n' >"$LAB_OUT/a.conf"
+printf 'peer.port = 7312\npeer.accept = all\npeer.accept_resources = all\n' >"$LAB_OUT/b.conf"
+PL_CONFIG=$LAB_OUT/a.conf PEERLINKD_KEEP=1 start_peerlinkd a hci0
+PL_CONFIG=$LAB_OUT/b.conf start_peerlinkd b hci1
 pl a --json peer identity >"$LAB_OUT/id.json" || fail "peer identity exited $?"
 ID=$(json_get "$LAB_OUT/id.json" 'd["peer"]')
 PEER=$(printf 'ab%.0s' $(seq 32))
@@ -61,6 +69,36 @@ assert_not_contains "$RUN_OUT" "$PEER" "not trusted in memory"
 leftovers=$(find "$STATE" -name '*.tmp*' -o -name '.*' -type f | grep -v '^$' || true)
 [ -z "$leftovers" ] || fail "temporary files left: $leftovers"
 expect_rc 0 pl a status
+
+note "1b. a DNS-SD name chosen after a collision, on the full disk"
+spawn avahi-pub avahi-publish -s "Board Name" _lab-board._tcp 5010
+wait_log 10 avahi-pub "Established" || fail "avahi-publish did not publish: $(cat "$(log_of avahi-pub)")"
+pl a --json dnssd publish "Board Name" _lab-board._tcp 5011 >"$LAB_OUT/pub.json" || fail "dnssd publish exited $?: $(cat "$LAB_OUT/pub.json")"
+assert_eq "$(json_get "$LAB_OUT/pub.json" 'd["name"]')" "Board Name #2" "the name after the collision"
+wait_for 10 grep -q "cannot save the chosen service name" "$LAB_OUT/peerlinkd-a.log" || fail "no warning that the name could not be saved"
+warned=$(grep "cannot save the chosen service name" "$LAB_OUT/peerlinkd-a.log")
+assert_contains "$warned" "path=$STATE/dnssd-names.json" "the warning's file"
+assert_contains "$warned" "No space left on device" "the warning's reason"
+avahi_browse_json _lab-board._tcp >"$LAB_OUT/avahi.json"
+assert_contains "$(cat "$LAB_OUT/avahi.json")" "Board Name #2" "avahi-browse sees the renamed publication"
+[ ! -e "$STATE/dnssd-names.json" ] || fail "a name store was written on a full disk"
+
+note "1c. a file sent while the outgoing-transfer journal cannot be written"
+peer_connect_ok() { run pl a --json peer connect 127.0.0.1:7312; [ "$RUN_RC" = 0 ]; }
+peer_connect_ok || fail "a could not connect to b: $RUN_OUT"
+head -c 300000 /dev/urandom >"$LAB_OUT/sent.bin"
+B_ID=$(pl b --json peer identity | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["peer"])')
+expect_rc 0 pl a peer send-file "$LAB_OUT/sent.bin" --to "$B_ID"
+got=$(find "$(pl_state_dir b)/peer/inbox" -maxdepth 1 -type f -name 'sent*.bin' | head -n 1)
+[ -n "$got" ] || fail "nothing arrived in b's inbox: $(ls -la "$(pl_state_dir b)/peer/inbox")"
+assert_eq "$(sha256sum <"$got" | cut -d' ' -f1)" "$(sha256sum <"$LAB_OUT/sent.bin" | cut -d' ' -f1)" "sha256sum of what b received"
+wait_for 10 grep -q "cannot save the outgoing transfers" "$LAB_OUT/peerlinkd-a.log" || fail "no error that the journal could not be saved"
+logged=$(grep "cannot save the outgoing transfers" "$LAB_OUT/peerlinkd-a.log" | head -n 1)
+assert_contains "$logged" "path=$STATE/peer/outgoing.json" "the error's file"
+assert_contains "$logged" "No space left on device" "the error's reason"
+[ ! -e "$STATE/peer/outgoing.json" ] || fail "a journal was written on a full disk"
+leftovers=$(find "$STATE" -name '*.tmp*' -type f || true)
+[ -z "$leftovers" ] || fail "temporary files left: $leftovers"
 rm -f "$STATE/filler"
 expect_rc 0 pl a peer trust "$PEER"
 expect_rc 0 pl a --json peer trusted

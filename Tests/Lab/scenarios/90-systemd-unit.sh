@@ -10,7 +10,9 @@
 #   2. a central reads and gets notifications from the service-run daemon (bluetoothd calls
 #      back into its GATT application through Debian's D-Bus policy for group bluetooth);
 #   3. `systemctl reload` re-reads the configuration and the journal says what changed;
-#   4. `kill -9` → Restart=on-failure starts it again;
+#   4. `kill -9` mid-operation → Restart=on-failure starts it again; identity and trust
+#      kept; a watching client told (exit 3); bluetoothd has let go of the killed daemon's
+#      advertisement; the client registers again and an independent central reads;
 #   5. a hung daemon (SIGSTOP) → the watchdog (WatchdogSec=) kills and restarts it;
 #   6. a configuration error → exit 2, not restarted in a loop, `systemctl status` shows the
 #      file, line and key, and `journalctl -p err` has the error but not the notices (the
@@ -96,12 +98,46 @@ sed -i 's/^log_level = debug$/log_level = info/' "$CONF"
 run timeout 30 systemctl reload "$UNIT"
 
 note "4. kill -9: Restart=on-failure starts it again"
+# Mid-operation: a client watching, the GATT application and advertisement of step 2
+# registered, a trusted peer. After the restart the identity and the trust are still there
+# (state files); bluetoothd has let go of the killed daemon's registrations, which are the
+# clients' to make again: the watching client is told (exit 3), and once re-registered an
+# independent central reads again.
+ADV_INSTANCES() { bluez_prop /org/bluez/hci0 org.bluez.LEAdvertisingManager1 ActiveInstances; }
+assert_eq "$(ADV_INSTANCES)" 1 "advertisements on hci0 before kill -9 (busctl)"
+ID0=$(peerlink --json peer identity | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["peer"])')
+TRUSTED=$(printf 'cd%.0s' $(seq 32))
+run timeout 30 peerlink peer trust "$TRUSTED"
+assert_eq "$RUN_RC" 0 "peer trust"
+spawn watch4 timeout 120 peerlink --json watch --topic adapter --topic gatt
+WATCH4=$SPAWN_PID
+sleep 1
 N0=$(prop NRestarts)
 kill -9 "$PID"
 wait_for 60 restarted_from "$PID" || fail "not restarted after kill -9: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
 assert_eq "$(prop NRestarts)" $((N0 + 1)) "NRestarts after kill -9"
 wait_for 15 answers || fail "the restarted daemon does not answer"
 PID=$(main_pid)
+wait_for 10 sh -c "! kill -0 $WATCH4 2>/dev/null" || fail "the watching client did not notice the daemon's end"
+wait "$WATCH4"; rc=$?
+assert_eq "$rc" 3 "the watching client's exit status (3: the daemon closed the connection)"
+assert_contains "$(cat "$(log_of watch4)")" "closed the connection" "what the watching client says"
+assert_eq "$(peerlink --json peer identity | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["peer"])')" "$ID0" "the identity after kill -9"
+run timeout 30 peerlink --json peer trusted
+assert_contains "$RUN_OUT" "$TRUSTED" "the trusted peer after kill -9"
+wait_for 10 sh -c "[ \"\$(busctl get-property org.bluez /org/bluez/hci0 org.bluez.LEAdvertisingManager1 ActiveInstances)\" = 'y 0' ]" \
+    || fail "bluetoothd still has the killed daemon's advertisement: ActiveInstances $(ADV_INSTANCES)"
+run timeout 30 peerlink --json gatt list
+assert_not_contains "$RUN_OUT" "$SVC" "the restarted daemon's applications (the clients' to register again)"
+note "the client registers again"
+run timeout 30 peerlink gatt register "$LAB_OUT/app.json"
+assert_eq "$RUN_RC" 0 "gatt register after the restart"
+run timeout 30 peerlink advertise start --name unit --service $SVC
+assert_eq "$RUN_RC" 0 "advertise start after the restart"
+assert_eq "$(ADV_INSTANCES)" 1 "advertisements on hci0 after registering again (busctl)"
+run timeout 90 "$PY3" -u "$LAB_DIR/central.py" --adapter hci1 --service $SVC --char $CHR --read --timeout 60
+assert_eq "$RUN_RC" 0 "an independent central after the restart"
+assert_contains "$RUN_OUT" "READ " "it reads the application registered again"
 
 note "5. a hung daemon (SIGSTOP): the watchdog kills and restarts it (WatchdogSec=$(prop WatchdogUSec))"
 t=$(stamp); t0=$(date +%s)
