@@ -76,12 +76,15 @@ public struct RPCCall: Sendable, Equatable {
     /// How long to wait for the reply at least, in seconds (the global `--timeout` applies
     /// when larger); for operations that carry their own timeout to the daemon.
     public var minimumReplyTimeout: Double?
+    /// Descriptors passed with the request (SCM_RIGHTS); the caller keeps and closes its own.
+    public var passing: [Int32]
 
     /// Creates a call.
-    public init(method: String, params: [String: JSONValue] = [:], minimumReplyTimeout: Double? = nil) {
+    public init(method: String, params: [String: JSONValue] = [:], minimumReplyTimeout: Double? = nil, passing: [Int32] = []) {
         self.method = method
         self.params = params
         self.minimumReplyTimeout = minimumReplyTimeout
+        self.passing = passing
     }
 }
 
@@ -128,7 +131,7 @@ public struct CommandContext {
     public func perform(_ call: RPCCall, on client: ControlClient) throws(CLIError) -> JSONValue {
         let timeout = max(replyTimeout, call.minimumReplyTimeout ?? 0)
         do {
-            return try client.call(method: call.method, params: call.params, timeout: timeout)
+            return try client.call(method: call.method, params: call.params, passing: call.passing, timeout: timeout)
         } catch .rpc(let error) {
             throw .daemon(error)
         } catch {

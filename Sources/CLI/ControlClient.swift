@@ -81,10 +81,13 @@ public final class ControlClient {
     ///
     /// Throws `.rpc` when the daemon answers with an error, including an error with a null
     /// id (the daemon could not read the request).
-    public func call(method: String, params: [String: JSONValue] = [:], timeout: Double?) throws(ControlClientError) -> JSONValue {
+    /// `passing`: descriptors sent with the request's first byte (SCM_RIGHTS), for a method
+    /// that takes one (`peer.send-resource` with `"descriptor": true`); the caller keeps its own.
+    public func call(method: String, params: [String: JSONValue] = [:], passing: [Int32] = [],
+                     timeout: Double?) throws(ControlClientError) -> JSONValue {
         let id = nextID
         nextID += 1
-        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine())
+        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine(), passing: passing)
         let deadline = Self.deadline(after: timeout)
         while true {
             guard let message = try readMessage(until: deadline) else { throw .timedOut(seconds: timeout ?? 0) }
@@ -121,10 +124,10 @@ public final class ControlClient {
         }
     }
 
-    /// Sends raw bytes (one or more encoded lines).
-    public func send(_ bytes: [UInt8]) throws(ControlClientError) {
+    /// Sends raw bytes (one or more encoded lines), with `passing` descriptors on the first.
+    public func send(_ bytes: [UInt8], passing: [Int32] = []) throws(ControlClientError) {
         do {
-            try SocketIO.sendAll(fd, bytes)
+            try SocketIO.sendAll(fd, bytes, passing: passing)
         } catch let error as SystemError {
             throw SocketIO.isDisconnect(error) ? .closed : .io(error)
         } catch {

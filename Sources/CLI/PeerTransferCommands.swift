@@ -25,7 +25,10 @@ enum PeerTransferCommands {
                 it by its accept_resources policy, saves it under its inbox and checks its SHA-256. \
                 On a terminal a progress line per peer shows percent, rate and time left; otherwise \
                 one line when each transfer starts and ends. A transfer cut by a dropped link is \
-                offered again when the peer is back and resumes where the receiver stopped. Exits 0 \
+                offered again when the peer is back and resumes where the receiver stopped. The file \
+                is opened here and passed to the daemon: one it cannot open by name (a service kept \
+                out of your home directory), or standard input (-), is copied into its outbox until \
+                every peer has it, and resumes as well. Exits 0 \
                 when every peer has the file, 1 when any transfer ended otherwise; --detach returns \
                 once offered. --json prints the reply and the peer.resource-* events.
                 """ + (image ? " The file must be a PNG or JPEG; the receiver reports its pixel size." : ""),
@@ -34,7 +37,7 @@ enum PeerTransferCommands {
                 .value("name", valueName: "name", parser: .nonEmptyString, help: "The name offered (default: the file's own)."),
                 .flag("detach", help: "Return once offered; follow with 'peer transfers' or 'peer watch'."),
             ],
-            arguments: [Positional("file", parser: .path, help: "The file to send.")],
+            arguments: [Positional("file", parser: .path, help: "The file to send; - for standard input (with --name).")],
             action: .custom { context throws(CLIError) in try runSend(context, image: image) })
     }
 
@@ -79,18 +82,36 @@ enum PeerTransferCommands {
 
     static func runSend(_ context: CommandContext, image: Bool) throws(CLIError) -> Int32 {
         let v = context.values
-        var path = v.string("file") ?? ""
-        if !path.hasPrefix("/") { path = AtomicFile.join(FileManager.default.currentDirectoryPath, path) }
+        let file = v.string("file") ?? ""
         let to = v.strings("to")
-        var params: [String: JSONValue] = ["path": .string(path), "to": to.isEmpty ? "all" : .array(to.map(JSONValue.string)), "image": .bool(image)]
+        var params: [String: JSONValue] = ["to": to.isEmpty ? "all" : .array(to.map(JSONValue.string)), "image": .bool(image), "descriptor": true]
         if let name = v.string("name") { params["name"] = .string(name) }
+        // The bytes go as a descriptor opened here, with this user's permissions: the daemon
+        // reads the file by its path when it can open it too (no copy), and otherwise copies
+        // what the descriptor gives (a service that cannot see this user's files; "-", a pipe).
+        let fd: Int32
+        if file == "-" {
+            guard params["name"] != nil else {
+                throw .usage(UsageError("--name is required when the file is '-' (standard input has no name)", commandPath: ["peerlink", "peer", image ? "send-image" : "send-file"]))
+            }
+            fd = 0
+        } else {
+            let path = file.hasPrefix("/") ? file : AtomicFile.join(FileManager.default.currentDirectoryPath, file)
+            params["path"] = .string(path)
+            do {
+                fd = try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
+            } catch {
+                throw .failure("cannot open \(file): \((error as? SystemError)?.reason ?? "\(error)")", exitCode: 1)
+            }
+        }
+        defer { if fd != 0 { closeQuietly(fd) } }
         let client = try context.connect()
         defer { client.close() }
         let detach = v.flag("detach")
         // Subscribed before the offer, so no event of these transfers is missed.
         if !detach { _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: ["topics": .array(topics.map(JSONValue.string))]), on: client) }
         // Hashing a large file takes the daemon a while before it answers.
-        let r = try context.perform(RPCCall(method: ControlMethod.peerSendResource, params: params, minimumReplyTimeout: 600), on: client)
+        let r = try context.perform(RPCCall(method: ControlMethod.peerSendResource, params: params, minimumReplyTimeout: 600, passing: [fd]), on: client)
         let sent = r["transfers"]?.arrayValue ?? []
         if context.json { context.print(r.description) }
         if detach {

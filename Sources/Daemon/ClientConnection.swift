@@ -50,7 +50,9 @@ final class ClientConnection: Sendable {
         self.onClose = onClose
         // A serial queue on the shared pool: one thread per client would not scale.
         queue = DispatchQueue(label: "peerlink.client.\(id)", target: .global(qos: .userInitiated))
-        channel = Channel(fd: fd, mode: .stream, label: "client.\(id)", queue: queue, outboxLimit: limits.maxOutboundBytes)
+        // Descriptors a client passes (a resource's bytes) wait for the request that takes them.
+        channel = Channel(fd: fd, mode: .stream, label: "client.\(id)", queue: queue, outboxLimit: limits.maxOutboundBytes,
+                          receivesDescriptors: true)
         state = Mutex(State(framer: LineFramer(maxLineBytes: limits.maxLineBytes)))
     }
 
@@ -173,6 +175,10 @@ final class ClientConnection: Sendable {
         }
         if thenClose { channel.whenFlushed { [weak self] in self?.close() } }
     }
+
+    /// The oldest descriptor the client passed (SCM_RIGHTS) not yet taken by a request; the
+    /// caller owns it.
+    func takeDescriptor() -> Int32? { channel.takeDescriptor() }
 
     // MARK: Events
 

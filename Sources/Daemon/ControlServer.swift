@@ -48,6 +48,12 @@ public struct RequestContext: Sendable {
     /// first byte of the reply's line). The server owns it from now on: it closes its copy once
     /// sent, or at once when the method fails or the client is gone.
     public func passWithReply(_ fd: Int32) { attachments.add(fd) }
+
+    /// The oldest descriptor the client passed with its requests (SCM_RIGHTS, with any byte
+    /// of a request line) that no earlier request took; the caller owns it (and closes it).
+    /// Requests are answered in order, so a client that passes one descriptor with each
+    /// request that asks for one gets each to its own request.
+    public func takeDescriptor() -> Int32? { client.takeDescriptor() }
 }
 
 /// Descriptors a method hands back with its reply.

@@ -55,6 +55,12 @@ final class PeerCapability: DaemonCapability {
             var c = settings
             c.inbox = inbox
             c.transferJournal = AtomicFile.join(directory, "outgoing.json")
+            c.outboxDirectory = AtomicFile.join(directory, "outbox")
+            // A client names any path the daemon can read: never the daemon's own key and
+            // state (a client that can read them itself passes a descriptor instead).
+            let own = FileSystem.resolved(context.stateDirectory) ?? context.stateDirectory
+            let received = FileSystem.resolved(inboxDirectory) ?? inboxDirectory
+            c.mayOffer = { path in !FileSystem.isInside(path, own) || FileSystem.isInside(path, received) }
             return c
         }()
         let node = try PeerNode(identity: identity, config: config, trust: trust, logger: logger) { [weak self] e in self?.deliver(e) }

@@ -10,11 +10,30 @@ import SystemKit
 /// `peer.transfers` and `peer.inbox`, and the `peer.resource-*` events.
 extension PeerCapability {
     func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox) {
-        context.register(ControlMethod.peerSendResource) { p, _ throws(RPCError) in
-            try p.rejectUnknown(allowed: ["path", "name", "media_type", "to", "image"])
-            let path = try p.string("path")
-            guard path.hasPrefix("/") else { throw .invalidParams("path", "expected an absolute path (the daemon's working directory is not yours), got \"\(path)\"") }
+        context.register(ControlMethod.peerSendResource) { p, request throws(RPCError) in
+            try p.rejectUnknown(allowed: ["path", "descriptor", "name", "media_type", "to", "image"])
+            // A descriptor passed with the request (SCM_RIGHTS) is taken first, so that it is
+            // closed, not left for a later request, whatever else is wrong with this one.
+            var passed: Int32?
+            if try p.optionalBool("descriptor") == true {
+                guard let fd = request.takeDescriptor() else {
+                    throw .invalidParams("descriptor", "no descriptor came with the request: pass one (SCM_RIGHTS) with the request line's bytes")
+                }
+                passed = fd
+            }
+            var handedOver = false
+            defer { if let passed, !handedOver { closeQuietly(passed) } }
+            let path = try p.optionalString("path")
+            if let path, !path.hasPrefix("/") {
+                throw .invalidParams("path", "expected an absolute path (the daemon's working directory is not yours), got \"\(path)\"")
+            }
+            guard passed != nil || path != nil else {
+                throw .invalidParams("path", "missing: give the file's absolute path, or \"descriptor\": true with a descriptor passed with the request")
+            }
             let name = try p.optionalString("name")
+            if passed != nil, path == nil, name == nil {
+                throw .invalidParams("name", "required when the bytes come from a descriptor without a path")
+            }
             let mediaType = try p.optionalString("media_type")
             if let mediaType {
                 let printable = mediaType.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7f }
@@ -24,16 +43,18 @@ extension PeerCapability {
             }
             let peers = try Self.peers(p, "to")
             let imagesOnly = try p.optionalBool("image") ?? false
+            let source: ResourceSource = passed.map { .descriptor($0, path: path) } ?? .path(path ?? "")
+            handedOver = true  // the node closes a passed descriptor now
             let sent = try await rpc {
                 do {
-                    return try await node.sendResource(path: path, name: name, mediaType: mediaType, to: peers, imagesOnly: imagesOnly)
+                    return try await node.sendResource(source, name: name, mediaType: mediaType, to: peers, imagesOnly: imagesOnly)
                 } catch let e as PeerError {
                     throw e
                 } catch {
                     throw PeerError.invalid("path", "\(error)")
                 }
             }
-            return ["transfers": .array(sent.map { Self.json($0) })]
+            return ["transfers": .array(sent.transfers.map { Self.json($0) }), "copied": .bool(sent.copied)]
         }
         context.register(ControlMethod.peerCancel) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["transfer"])

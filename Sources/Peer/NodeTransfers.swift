@@ -46,6 +46,8 @@ final class NodeTransfers: Sendable {
         var records: [UInt64: Record] = [:]
         var byKey: [Key: UInt64] = [:]
         var connections: [UInt64: PeerConnection] = [:]
+        /// Outbox copies being written or not yet offered: kept by `tidyCopies`.
+        var pendingCopies: Set<String> = []
     }
 
     private let state = Mutex(State())
@@ -58,14 +60,18 @@ final class NodeTransfers: Sendable {
     private let emit: @Sendable (ResourceEvent) -> Void
     private let logger: Logger
     private let journal: String?
+    private let outbox: Outbox?
 
     /// `journal`: where outgoing transfers are kept across restarts (nil: in memory only);
-    /// those it holds are read back now, waiting for their peers.
-    init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, logger: Logger, isTrusted: @escaping @Sendable (PeerID) -> Bool,
-         emit: @escaping @Sendable (ResourceEvent) -> Void) {
+    /// those it holds are read back now, waiting for their peers. `outbox`: where bytes
+    /// passed as descriptors are copied (nil: such sends are refused); copies no transfer
+    /// refers to any more are removed now and whenever a transfer ends.
+    init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, outbox: Outbox?, logger: Logger,
+         isTrusted: @escaping @Sendable (PeerID) -> Bool, emit: @escaping @Sendable (ResourceEvent) -> Void) {
         self.inbox = inbox
         self.policy = policy
         self.journal = journal
+        self.outbox = outbox
         self.logger = logger
         self.isTrusted = isTrusted
         self.emit = emit
@@ -77,6 +83,7 @@ final class NodeTransfers: Sendable {
             }
         }
         if !restored.isEmpty { logger.notice("outgoing transfers waiting for their peers", ["count": "\(restored.count)"]) }
+        tidyCopies()
     }
 
     /// Where a peer's session is found now (the node's table, set once by the node).
@@ -90,6 +97,21 @@ final class NodeTransfers: Sendable {
     var all: [ResourceTransfer] { state.withLock { s in s.records.keys.sorted().compactMap { s.records[$0]?.transfer } } }
 
     // MARK: Commands
+
+    /// A path for a new outbox copy, kept from cleanup until `send` offers it or
+    /// `discardCopy` gives it up.
+    func reserveCopy() throws(PeerError) -> (Outbox, String) {
+        guard let outbox else { throw .invalid("descriptor", "this node keeps no copies (no outbox directory): send a path") }
+        let path = outbox.newPath()
+        state.withLock { _ = $0.pendingCopies.insert(path) }
+        return (outbox, path)
+    }
+
+    /// Gives up a reserved copy (it could not be written or offered): removed.
+    func discardCopy(_ path: String) {
+        state.withLock { _ = $0.pendingCopies.remove(path) }
+        tidyCopies()
+    }
 
     /// Offers `file` as `name` to each peer on its session: one transfer each.
     func send(_ file: OutgoingFile, name: String, to peers: [(PeerID, PeerConnection)]) -> [ResourceTransfer] {
@@ -106,6 +128,8 @@ final class NodeTransfers: Sendable {
             offer(id, on: c)
             if let t = state.withLock({ $0.records[id]?.transfer }) { made.append(t) }
         }
+        // A copy is now kept by its transfers' records (or, with none made, removed).
+        if state.withLock({ $0.pendingCopies.remove(file.path) }) != nil { tidyCopies() }
         return made
     }
 
@@ -349,8 +373,17 @@ final class NodeTransfers: Sendable {
     /// Writes the outgoing transfers to the journal (atomically). A failure is logged: the
     /// transfers go on, only a restart would forget them.
     private func save() {
-        guard let journal else { return }
-        saving.withLock { _ in write(journal) }
+        if let journal { saving.withLock { _ in write(journal) } }
+        tidyCopies()
+    }
+
+    /// Removes the outbox copies that no transfer (outgoing, waiting or running) refers to
+    /// and that are not being written or offered.
+    private func tidyCopies() {
+        guard let outbox else { return }
+        let keep = state.withLock { s in s.pendingCopies.union(s.records.values.compactMap { $0.transfer.outgoing ? $0.path : nil }) }
+        let removed = outbox.removeAll(except: keep)
+        if removed > 0 { logger.debug("removed outbox copies no transfer needs", ["count": "\(removed)"]) }
     }
 
     private func write(_ journal: String) {

@@ -27,10 +27,14 @@ public final class OutgoingFile: @unchecked Sendable {
     /// The largest piece `read` hands out (one RESOURCE_DATA frame's payload).
     public static let maxChunk = Wire.maxPayload
 
-    /// Opens and hashes `path`. Errors name the path and the failing call.
-    public init(path: String, name: String? = nil, mediaType: String? = nil) throws {
+    /// Opens and hashes `path`. Errors name the path and the failing call. `mayOffer` is
+    /// asked about the file actually opened (symbolic links resolved); false refuses it.
+    public init(path: String, name: String? = nil, mediaType: String? = nil, mayOffer: (String) -> Bool = { _ in true }) throws {
         self.path = path
         file = try RegularFile.openForReading(path)
+        guard let opened = file.resolvedPath() ?? FileSystem.resolved(path), mayOffer(opened) else {
+            throw NotOffered(path: path)
+        }
         let (size, modified) = try file.status()
         let digest = try SHA256Digest()
         var head: [UInt8] = []
@@ -72,4 +76,11 @@ public struct ChangedWhileHashing: Error, Sendable, CustomStringConvertible {
     /// The file.
     public let path: String
     public var description: String { "\(path) changed while it was being hashed; offer it again once it is written" }
+}
+
+/// A path a client may not offer: the daemon's own key and state.
+public struct NotOffered: Error, Sendable, CustomStringConvertible {
+    /// The path asked for.
+    public let path: String
+    public var description: String { "\(path) is one of the daemon's own files (its key and state), which are never sent" }
 }

@@ -10,15 +10,62 @@ extension PeerNode {
     /// `imagesOnly`: refuse a file that is not a PNG or JPEG (`send-image`).
     public func sendResource(path: String, name: String? = nil, mediaType: String? = nil, to peers: [PeerID],
                              imagesOnly: Bool = false) async throws -> [ResourceTransfer] {
+        try await sendResource(.path(path), name: name, mediaType: mediaType, to: peers, imagesOnly: imagesOnly).transfers
+    }
+
+    /// Offers the bytes of `source` (see `sendResource(path:)`). A descriptor is read in
+    /// place when its path names the same file and this node may open it; otherwise its bytes
+    /// are copied into the outbox first (`copied`), and the copy is what is offered, resumed
+    /// after a restart, and removed once every transfer of it is done.
+    public func sendResource(_ source: ResourceSource, name: String? = nil, mediaType: String? = nil, to peers: [PeerID],
+                             imagesOnly: Bool = false) async throws -> (transfers: [ResourceTransfer], copied: Bool) {
+        var passed: Int32?
+        if case .descriptor(let fd, _) = source { passed = fd }
+        defer { if let passed { closeQuietly(passed) } }
         if let name { try Self.checkResourceName(name) }
         let targets = try sessionConnections(peers)
         guard !targets.isEmpty else { throw PeerError.notConnected("(no session is up)") }
-        // Hashing a large file takes seconds: off the cooperative pool.
-        let file = try await onOwnThread { try OutgoingFile(path: path, name: name, mediaType: mediaType) }  // hashes the file
-        if imagesOnly, file.image == nil {
-            throw PeerError.invalid("path", "\(path) is not a PNG or JPEG image (its first bytes say \(file.mediaType))")
+        let mayOffer = config.mayOffer
+        func open(_ path: String) async throws -> OutgoingFile {
+            // Hashing a large file takes seconds: off the cooperative pool.
+            try await onOwnThread { try OutgoingFile(path: path, name: name, mediaType: mediaType, mayOffer: mayOffer) }
         }
-        return transfers.send(file, name: file.name, to: targets)
+        func notAnImage(_ file: OutgoingFile, _ what: String) -> PeerError {
+            .invalid("path", "\(what) is not a PNG or JPEG image (its first bytes say \(file.mediaType))")
+        }
+        switch source {
+        case .path(let path):
+            let file = try await open(path)
+            if imagesOnly, file.image == nil { throw notAnImage(file, path) }
+            return (transfers.send(file, name: file.name, to: targets), false)
+        case .descriptor(let fd, let path):
+            if let path, FileSystem.isSameFile(path, as: fd), let file = try? await open(path) {
+                if imagesOnly, file.image == nil { throw notAnImage(file, path) }
+                return (transfers.send(file, name: file.name, to: targets), false)
+            }
+            guard let offered = name ?? path.map(Self.lastComponent) else {
+                throw PeerError.invalid("name", "required when the bytes come from a descriptor without a path")
+            }
+            try Self.checkResourceName(offered)
+            let (outbox, copy) = try transfers.reserveCopy()
+            let file: OutgoingFile
+            do {
+                try await onOwnThread { try outbox.copy(from: fd, to: copy) }
+                file = try await onOwnThread { try OutgoingFile(path: copy, name: offered, mediaType: mediaType) }
+            } catch {
+                transfers.discardCopy(copy)
+                throw PeerError.invalid("descriptor", "cannot keep a copy of the passed bytes in \(outbox.directory): \(error)")
+            }
+            if imagesOnly, file.image == nil {
+                transfers.discardCopy(copy)
+                throw notAnImage(file, path ?? "the passed data")
+            }
+            return (transfers.send(file, name: offered, to: targets), true)
+        }
+    }
+
+    private static func lastComponent(_ path: String) -> String {
+        String(path.split(separator: "/").last ?? Substring(path))
     }
 
     /// Transfers in progress or waiting, both ways.

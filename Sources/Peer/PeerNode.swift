@@ -80,8 +80,14 @@ public final class PeerNode: Sendable {
         var table = SessionTable(localID: id, maxPeers: config.maxPeers)
         for entry in trust.all { table.trust(entry.peer) }
         state = Mutex(State(table: table))
-        transfers = NodeTransfers(inbox: config.inbox, policy: config.acceptResources, journal: config.transferJournal, logger: logger,
-                                  isTrusted: { trust.isTrusted($0) }, emit: { onEvent(.resource($0)) })
+        let outbox: Outbox?
+        do {
+            outbox = try config.outboxDirectory.map { try Outbox(directory: $0) }
+        } catch {
+            throw PeerError.invalid("outbox", "\(error)")
+        }
+        transfers = NodeTransfers(inbox: config.inbox, policy: config.acceptResources, journal: config.transferJournal, outbox: outbox,
+                                  logger: logger, isTrusted: { trust.isTrusted($0) }, emit: { onEvent(.resource($0)) })
         transfers.setSessionSource { [weak self] peer in self?.state.withLock { $0.session(peer) } }
     }
 

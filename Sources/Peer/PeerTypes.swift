@@ -36,6 +36,12 @@ public struct PeerNodeConfig: Sendable {
     public var acceptResources: ResourcePolicy = .ask
     /// Where outgoing transfers are kept across restarts (nil: in memory only).
     public var transferJournal: String?
+    /// Where bytes a client passes as a descriptor are copied while their transfers need
+    /// them (nil: only paths can be sent).
+    public var outboxDirectory: String?
+    /// Whether a client may offer the file at this resolved path (the daemon keeps its own
+    /// key and state from being sent; the default allows every path).
+    public var mayOffer: @Sendable (String) -> Bool = { _ in true }
 
     /// Settings with defaults and `displayName`.
     public init(displayName: String) { self.displayName = displayName }

@@ -52,3 +52,13 @@ public enum ResourceEvent: Sendable {
     /// back (trusted peers come back by themselves); the receiver keeps what it verified.
     case interrupted(ResourceTransfer)
 }
+
+/// Where the bytes of a resource this side offers come from.
+public enum ResourceSource: Sendable {
+    /// A file the node opens by its absolute path.
+    case path(String)
+    /// A descriptor a client passed (the node owns it from now on and closes it): a pipe, a
+    /// socket or an open file; `path`, when the client gave one, is where the file is (read
+    /// there when this node may open it, and the name offered when none is given).
+    case descriptor(Int32, path: String?)
+}

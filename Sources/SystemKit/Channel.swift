@@ -78,6 +78,7 @@ public final class Channel: Sendable {
     private let readLimit: Int
     private let batchLimit: Int
     private let gather: Duration
+    private let receivesDescriptors: Bool
     private let watch: DescriptorWatch
     private let state = Mutex(State())
 
@@ -106,7 +107,13 @@ public final class Channel: Sendable {
         var counts = Counts()
         var descriptorClosed = false
         var releaseWaiters: [@Sendable () -> Void] = []
+        /// Descriptors the peer passed (SCM_RIGHTS), oldest first, not yet taken.
+        var received: [Int32] = []
     }
+
+    /// Descriptors a channel holds for its reader at most; more are closed as they come, so
+    /// a peer that passes descriptors nobody takes cannot fill the process's table.
+    public static let maxHeldDescriptors = 8
 
     /// Wraps `fd` (made non-blocking; the channel owns it from now on). Nothing is read until
     /// `start`; `send` works at once.
@@ -120,14 +127,17 @@ public final class Channel: Sendable {
     ///   - gather: after the first readable event of a burst, wait this long before reading,
     ///     so packets that arrive close together are read (and handed on) together. The wait
     ///     blocks the channel's queue (its own thread when `queue` is nil).
+    ///   - receivesDescriptors: keep descriptors the peer passes with its bytes (SCM_RIGHTS)
+    ///     for `takeDescriptor`, up to `maxHeldDescriptors`; otherwise the kernel closes them.
     public init(fd: Int32, mode: Mode, label: String, queue: DispatchQueue? = nil, outboxLimit: Int,
-                readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero) {
+                readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero, receivesDescriptors: Bool = false) {
         self.fd = fd
         self.mode = mode
         self.outboxLimit = outboxLimit
         self.readLimit = readLimit
         self.batchLimit = batchLimit
         self.gather = gather
+        self.receivesDescriptors = receivesDescriptors
         try? setNonBlocking(fd)
         // A gathering channel blocks its queue for `gather` at each burst: its own serial queue
         // then targets an overcommit root queue (libdispatch's default for a serial queue made
@@ -163,6 +173,13 @@ public final class Channel: Sendable {
 
     /// Items written and `.full` answers so far.
     public var counts: Counts { state.withLock { $0.counts } }
+
+    /// The oldest descriptor the peer passed that nobody took yet (the caller owns it now),
+    /// or nil. A descriptor comes with the bytes it was sent with, so one passed with a
+    /// request is here by the time `onInput` hands that request on.
+    public func takeDescriptor() -> Int32? {
+        state.withLock { s in s.received.isEmpty ? nil : s.received.removeFirst() }
+    }
 
     // MARK: Writing
 
@@ -398,7 +415,13 @@ public final class Channel: Sendable {
             while batch.count < batchLimit {
                 let n: Int?
                 do {
-                    n = try syscallAllowingAgain("recv") { recv(fd, buffer.baseAddress, buffer.count, flags) }
+                    if receivesDescriptors {
+                        let got = try DescriptorPassing.receive(fd, into: buffer, flags: flags)
+                        if let fds = got?.1, !fds.isEmpty { hold(fds) }
+                        n = got?.0
+                    } else {
+                        n = try syscallAllowingAgain("recv") { recv(fd, buffer.baseAddress, buffer.count, flags) }
+                    }
                 } catch let e as SystemError {
                     end = e.code == ECONNRESET ? .peerClosed : .failed(e)
                     break
@@ -422,6 +445,17 @@ public final class Channel: Sendable {
             if drained { return }
         }
         queue.async { [weak self] in self?.readLoop() }
+    }
+
+    /// Keeps descriptors the peer passed for `takeDescriptor`; beyond the bound, or once
+    /// closed, they are closed.
+    private func hold(_ fds: [Int32]) {
+        let extra = state.withLock { s -> ArraySlice<Int32> in
+            let room = s.closed ? 0 : max(0, Self.maxHeldDescriptors - s.received.count)
+            s.received += fds.prefix(room)
+            return fds.dropFirst(room)
+        }
+        for d in extra { closeQuietly(d) }
     }
 
     /// The end of input, or a read error (which closes the channel).
@@ -474,6 +508,8 @@ public final class Channel: Sendable {
             if s.closed { return nil }
             s.closed = true
             for item in s.outbox[s.head...] { for d in item.fds { closeQuietly(d) } }
+            for d in s.received { closeQuietly(d) }
+            s.received = []
             s.outbox = []
             s.head = 0
             s.queued = 0

@@ -81,27 +81,36 @@ public enum DescriptorPassing {
     /// that came along (close-on-exec; the caller owns them). Empty bytes: end of file; nil:
     /// nothing to read now (`EAGAIN`).
     public static func receive(_ fd: Int32, maxBytes: Int = 65_536) throws -> (bytes: [UInt8], descriptors: [Int32])? {
-        let maxFDs = 8
-        let control = UnsafeMutableRawBufferPointer.allocate(byteCount: space(fds: maxFDs), alignment: MemoryLayout<Int>.alignment)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: maxBytes, alignment: 8)
+        defer { buffer.deallocate() }
+        guard let (n, fds) = try receive(fd, into: buffer) else { return nil }
+        return (Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])), fds)
+    }
+
+    /// The most descriptors one `receive` takes; the kernel closes any beyond them
+    /// (`MSG_CTRUNC`), so a sender of too many cannot leave them open here.
+    public static let maxReceived = 8
+
+    /// Reads into `buffer` with any descriptors that came along (close-on-exec; the caller
+    /// owns them): the count read (0: end of file), or nil when there is nothing to read now.
+    /// `flags` are added to `MSG_CMSG_CLOEXEC` (`MSG_DONTWAIT` for a socket left blocking).
+    public static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, flags: Int32 = 0) throws -> (Int, [Int32])? {
+        let control = UnsafeMutableRawBufferPointer.allocate(byteCount: space(fds: maxReceived), alignment: MemoryLayout<Int>.alignment)
         defer { control.deallocate() }
-        var buffer = [UInt8](repeating: 0, count: maxBytes)
         var msg = msghdr()
-        let n: Int? = try buffer.withUnsafeMutableBytes { raw in
-            var iov = iovec(iov_base: raw.baseAddress, iov_len: raw.count)
-            return try withUnsafeMutablePointer(to: &iov) { iovp in
-                msg.msg_iov = iovp
-                msg.msg_iovlen = 1
-                msg.msg_control = control.baseAddress
-                msg.msg_controllen = control.count
-                do {
-                    return try syscallAllowingAgain("recvmsg") { recvmsg(fd, &msg, Int32(MSG_CMSG_CLOEXEC)) }
-                } catch let e as SystemError where e.code == ECONNRESET {
-                    return 0
-                }
+        var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+        let n: Int? = try withUnsafeMutablePointer(to: &iov) { iovp in
+            msg.msg_iov = iovp
+            msg.msg_iovlen = 1
+            msg.msg_control = control.baseAddress
+            msg.msg_controllen = control.count
+            do {
+                return try syscallAllowingAgain("recvmsg") { recvmsg(fd, &msg, Int32(MSG_CMSG_CLOEXEC) | flags) }
+            } catch let e as SystemError where e.code == ECONNRESET {
+                return 0
             }
         }
         guard let n else { return nil }
-        buffer.removeSubrange(n...)
         var fds: [Int32] = []
         // Walk the control messages (CMSG_FIRSTHDR / CMSG_NXTHDR).
         var offset = 0
@@ -118,6 +127,6 @@ public enum DescriptorPassing {
             }
             offset += align(len)
         }
-        return (buffer, fds)
+        return (n, fds)
     }
 }

@@ -31,6 +31,20 @@ public final class RegularFile: @unchecked Sendable {
         RegularFile(fd: try syscall("open", context: path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode) }, path: path)
     }
 
+    /// Takes `fd` (an open regular file, e.g. one a client passed); `path` names it in errors.
+    /// It is closed with the object.
+    public static func adopting(_ fd: Int32, path: String) -> RegularFile { RegularFile(fd: fd, path: path) }
+
+    /// Where the open file is now, symbolic links and `..` resolved (what the kernel says:
+    /// `/proc/self/fd`); nil when that cannot be told (a deleted file, no /proc).
+    public func resolvedPath() -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard n > 0, n < buffer.count - 1 else { return nil }
+        let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return path.hasSuffix(" (deleted)") || !path.hasPrefix("/") ? nil : path
+    }
+
     /// The file's size in bytes.
     public func size() throws -> UInt64 { try status().size }
 
@@ -146,6 +160,29 @@ public enum FileSystem {
             if name != "." && name != ".." { names.append(name) }
         }
         return names.sorted()
+    }
+
+    /// `path` with symbolic links, `.` and `..` resolved (`realpath`); nil when it does not
+    /// exist or cannot be looked at.
+    public static func resolved(_ path: String) -> String? {
+        guard let p = realpath(path, nil) else { return nil }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    /// Whether `path` names the file open as `fd` (same device and inode); false when either
+    /// cannot be looked at.
+    public static func isSameFile(_ path: String, as fd: Int32) -> Bool {
+        var byName = stat(), open = stat()
+        guard stat(path, &byName) == 0, fstat(fd, &open) == 0 else { return false }
+        return byName.st_dev == open.st_dev && byName.st_ino == open.st_ino
+    }
+
+    /// Whether `path` is `directory` or inside it (both absolute and resolved; compared by
+    /// whole components, so `/a/bc` is not inside `/a/b`).
+    public static func isInside(_ path: String, _ directory: String) -> Bool {
+        let d = directory.hasSuffix("/") ? String(directory.dropLast()) : directory
+        return path == d || path.hasPrefix(d + "/")
     }
 
     /// Flushes `directory` itself (a rename or a link in it survives a power cut).

@@ -38,7 +38,24 @@ public enum SocketIO {
 
     /// Sends all of `bytes` on a blocking socket without raising `SIGPIPE`.
     public static func sendAll(_ fd: Int32, _ bytes: [UInt8]) throws {
+        try sendAll(fd, bytes, passing: [])
+    }
+
+    /// `sendAll`, with `descriptors` passed (SCM_RIGHTS) with the first byte; the caller
+    /// still owns (and closes) its own.
+    public static func sendAll(_ fd: Int32, _ bytes: [UInt8], passing descriptors: [Int32]) throws {
         var offset = 0
+        if !descriptors.isEmpty, !bytes.isEmpty {
+            // A blocking socket: sendmsg waits for room, and may take only part of the bytes.
+            while true {
+                if let n = try bytes.withUnsafeBytes({ try DescriptorPassing.send(fd, $0, passing: descriptors) }) {
+                    offset = n
+                    break
+                }
+                var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                _ = try syscall("poll") { poll(&pfd, 1, -1) }
+            }
+        }
         while offset < bytes.count {
             let n = try bytes.withUnsafeBytes { raw in
                 try syscall("send") { send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL)) }

@@ -45,6 +45,8 @@ final class FakeDaemon: Sendable {
 final class FakeConnection {
     let fd: Int32
     private var framer = LineFramer()
+    /// Descriptors the client passed, oldest first (the script takes and closes them).
+    var descriptors: [Int32] = []
     private let record: (RPCRequest) -> Void
 
     init(fd: Int32, record: @escaping (RPCRequest) -> Void) {
@@ -60,7 +62,9 @@ final class FakeConnection {
                 record(request)
                 return request
             }
-            let chunk = try SocketIO.receive(fd)
+            // recvmsg: a request may carry a descriptor (a resource's bytes).
+            guard let (chunk, fds) = try DescriptorPassing.receive(fd) else { continue }
+            descriptors += fds
             if chunk.isEmpty { return nil }
             framer.append(chunk)
         }

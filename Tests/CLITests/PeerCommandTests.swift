@@ -112,3 +112,41 @@ import Glibc
         }
     }
 }
+
+/// `peer send-file`: the file is opened by the CLI and passed with the request, its path
+/// along (the daemon reads it there when it can, else copies the descriptor's bytes); `-` is
+/// standard input and needs a name; a file the CLI cannot open is its own error.
+@Suite struct PeerSendFileCommandTests {
+    @Test func theFileGoesAsADescriptorWithItsPath() throws {
+        let file = "/tmp/peerlink-send-file-" + String(UUID().uuidString.prefix(8)) + ".bin"
+        try Data("the file's bytes".utf8).write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let passed = Mutex<[UInt8]?>(nil)
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("peer.send-resource")
+            if let fd = c.descriptors.first {
+                var buf = [UInt8](repeating: 0, count: 100)
+                let n = read(fd, &buf, buf.count)
+                passed.withLock { $0 = Array(buf[0..<max(n, 0)]) }
+                for d in c.descriptors { closeQuietly(d) }
+            }
+            try c.reply(r, ["transfers": [], "copied": false])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "send-file", file, "--detach"], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        let params = daemon.requests.first?.params
+        #expect(params?["path"]?.stringValue == file)
+        #expect(params?["descriptor"] == true)
+        #expect(passed.withLock { $0 } == Array("the file's bytes".utf8), "the descriptor passed is the file's")
+    }
+
+    @Test func standardInputNeedsANameAndAMissingFileIsSaidPlainly() throws {
+        let stdin = peerlink(["peer", "send-file", "-"])
+        #expect(stdin.code == 2)
+        #expect(stdin.err.contains("--name is required when the file is '-'"), "\(stdin.err)")
+        let missing = peerlink(["peer", "send-file", "/nonexistent/photo.png"])
+        #expect(missing.code == 1)
+        #expect(missing.err.contains("cannot open /nonexistent/photo.png: No such file or directory"), "\(missing.err)")
+    }
+}

@@ -110,7 +110,8 @@ final class RawClient {
     init(_ path: String) throws { fd = try UnixSocket.connect(path: path) }
     deinit { closeQuietly(fd) }
 
-    func send(_ bytes: [UInt8]) throws { try SocketIO.sendAll(fd, bytes) }
+    /// Sends `bytes`, with `passing` descriptors (SCM_RIGHTS) on the first; the test keeps its own.
+    func send(_ bytes: [UInt8], passing: [Int32] = []) throws { try SocketIO.sendAll(fd, bytes, passing: passing) }
     func send(_ text: String) throws { try send(Array(text.utf8)) }
 
     /// The next line, or nil when the server closed the connection; throws after `timeout` seconds.
@@ -150,10 +151,10 @@ final class RawClient {
     }
 
     /// Sends a request and returns the whole reply (result or error; notifications are skipped).
-    func request(_ method: String, _ params: [String: JSONValue] = [:], timeout: Double = 30) throws -> JSONValue {
+    func request(_ method: String, _ params: [String: JSONValue] = [:], passing: [Int32] = [], timeout: Double = 30) throws -> JSONValue {
         let id = nextID
         nextID += 1
-        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine())
+        try send(RPCRequest(id: .int(id), method: method, params: params).encodedLine(), passing: passing)
         while true {
             guard let reply = try readJSON(timeout: timeout) else { throw TestSupportError("connection closed") }
             if reply["id"] == .int(id) { return reply }

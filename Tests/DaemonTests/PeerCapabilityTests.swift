@@ -248,6 +248,31 @@ import Glibc
 
         let missing = try RawClient(b.socketPath).request("peer.send-resource", ["path": "/nonexistent/file.png", "to": "all"])
         #expect(missing["error"]?["message"]?.stringValue?.contains("/nonexistent/file.png") == true, "\(missing)")
+
+        // The daemon's own key is never sent by path.
+        let key = b.directory + "/state/peer/identity.key"
+        #expect(FileManager.default.fileExists(atPath: key))
+        let refused = try RawClient(b.socketPath).request("peer.send-resource", ["path": .string(key), "to": "all"])
+        #expect(refused["error"]?["message"]?.stringValue?.contains("one of the daemon's own files") == true, "\(refused)")
+
+        // Bytes passed as a descriptor with the request (a socket standing in for a pipe),
+        // written after it: copied into the outbox, received whole, the copy gone once sent.
+        let (passed, kept) = try DescriptorPassing.streamPair()
+        let piped = Array((0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        let writer = Thread {
+            try? SocketIO.sendAll(kept, piped)
+            closeQuietly(kept)
+        }
+        writer.start()
+        let client = try RawClient(b.socketPath)
+        let reply = try client.request("peer.send-resource", ["descriptor": true, "name": "piped.bin", "to": "all"], passing: [passed])
+        closeQuietly(passed)
+        #expect(reply["result"]?["copied"] == true, "\(reply)")
+        let pipedGot = try aWatch.nextEvent("peer.resource-received")["data"]
+        #expect(pipedGot?["name"] == "piped.bin")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try #require(pipedGot?["path"]?.stringValue))) == Data(piped))
+        #expect(try bWatch.nextEvent("peer.resource-sent")["data"]?["name"] == "piped.bin")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: b.directory + "/state/peer/outbox").isEmpty, "the copy is gone once sent")
     }
 
     /// `peer.listen = off`: no port is open, yet the board dials out.
@@ -282,6 +307,9 @@ import Glibc
         ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32))], "has not been found by a browse"),
         ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32)), "timeout": 0], "timeout"),
         ("peer.send-resource", ["path": "relative.bin"], "absolute path"),
+        ("peer.send-resource", ["to": "all"], "give the file's absolute path"),
+        ("peer.send-resource", ["descriptor": true, "to": "all"], "no descriptor came with the request"),
+        ("peer.send-resource", ["path": "/etc/hostname", "descriptor": "yes"], "descriptor"),
         ("peer.send-resource", ["path": "/etc/hostname"], "no session"),
         ("peer.send-resource", ["path": "/etc/hostname", "media_type": "text"], "media type"),
         ("peer.send-resource", ["path": "/etc/hostname", "to": "some"], "to"),

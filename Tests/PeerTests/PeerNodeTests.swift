@@ -22,7 +22,7 @@ import Testing
         init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
              ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
              acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
-             consumeStreams: Bool = true) throws {
+             outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
@@ -33,6 +33,8 @@ import Testing
             config.inbox = inbox
             config.acceptResources = acceptResources
             config.transferJournal = journal
+            config.outboxDirectory = outbox
+            if let mayOffer { config.mayOffer = mayOffer }
             self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),

@@ -225,7 +225,7 @@ import Glibc
         for _ in 0..<(total / chunk.count) {
             #expect(await c.write(chunk))
         }
-        #expect(try await read == total)
+        #expect(await read == total)
         #expect(c.counts.refused == 0, "waiting is not refusing")
     }
 

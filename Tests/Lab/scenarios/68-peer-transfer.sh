@@ -5,7 +5,9 @@
 # (65,536) and a chunk and a byte, to one peer and to two at once, and 100 MiB to both. Names
 # from the sender (`../../etc/passwd`, `/etc/passwd`, `a/b`, `..`, `.`, a newline, 300 bytes of
 # UTF-8, a name already taken) land inside the inbox, one level deep, and nothing is written
-# elsewhere. Then p3 is replaced by p4 (accept_resources = ask, max_resource_bytes = 30M,
+# elsewhere. Bytes passed as a descriptor (standard input, Python's socket.send_fds, a file
+# in a mount the daemon cannot see) are copied into the sender's outbox, arrive whole, and the
+# copies are gone once sent; the daemon's own key is never sent by path. Then p3 is replaced by p4 (accept_resources = ask, max_resource_bytes = 30M,
 # its inbox on a 40 MiB tmpfs): a client declines, the receiver cancels, the sender cancels,
 # an offer over the quota and one that cannot fit are refused up front, and two that each fit
 # but not together fill the disk: one fails cleanly (no-space), nothing partial appears
@@ -114,6 +116,54 @@ assert_contains "$RUN_OUT" "not a PNG or JPEG" "send-image says why"
 run pl p1 peer inbox
 assert_contains "$RUN_OUT" "peerlink.png $(( $(stat -c %s "$F/peerlink.png") / 1024 ))." "peer inbox lists the image"
 assert_contains "$RUN_OUT" "image/png ${SIZE// /}" "peer inbox gives its pixel size"
+
+note "4b. bytes passed as a descriptor: standard input, an independent client, a file the daemon cannot see"
+OUTBOX=$(pl_state_dir p2)/peer/outbox
+head -c 300000 /dev/urandom >"$F/piped.bin"
+OUT=$(cat "$F/piped.bin" | pl p2 --json peer send-file - --name piped.bin --to "$ID1" 2>&1); RC=$?
+printf '$ cat piped.bin | peerlink peer send-file - --name piped.bin\n%s\n[rc=%s]\n' "$(tail -c 1500 <<<"$OUT")" "$RC"
+[ "$RC" = 0 ] || fail "send-file - (a pipe) failed: $OUT"
+assert_contains "$OUT" '"copied":true' "the daemon copied the piped bytes into its outbox"
+need_event 30 p1 peer.resource-received '"name":"piped.bin"'
+same_hash "$F/piped.bin" "$(received p1 '"name":"piped.bin"')" "the piped bytes"
+# Python's socket.send_fds, not our code: a pipe passed with the request, written after it.
+head -c 500000 /dev/urandom >"$F/py.bin"
+run "$PY3" "$LAB_DIR/send-fd.py" "$(pl_socket p2)" py.bin "$F/py.bin"
+[ "$RUN_RC" = 0 ] || fail "the python client's send-resource failed: $RUN_OUT"
+assert_contains "$RUN_OUT" '"copied": true' "the python client's bytes were copied"
+for n in 1 3; do
+    need_event 30 p$n peer.resource-received '"name":"py.bin"'
+    same_hash "$F/py.bin" "$(received p$n '"name":"py.bin"')" "the python client's bytes to p$n"
+done
+# A file in a mount only the CLI sees (as a service with ProtectHome= cannot see /home):
+# the CLI opens it, the daemon cannot open it by name and copies what the descriptor gives.
+mkdir -p /run/lab/hidden
+OUT=$(unshare -m --propagation private sh -c '
+    mount -t tmpfs tmpfs /run/lab/hidden || exit 9
+    head -c 200000 /dev/urandom >/run/lab/hidden/unseen.bin
+    sha256sum </run/lab/hidden/unseen.bin | cut -d" " -f1 >"$1"
+    exec "$2" --socket "$3" --json peer send-file /run/lab/hidden/unseen.bin --to "$4"' \
+    sh "$F/unseen.sha" "$PEERLINK_BIN/peerlink" "$(pl_socket p2)" "$ID1" 2>&1); RC=$?
+printf '$ unshare -m ... peerlink peer send-file /run/lab/hidden/unseen.bin\n%s\n[rc=%s]\n' "$(tail -c 1500 <<<"$OUT")" "$RC"
+[ "$RC" = 0 ] || fail "send-file of a file the daemon cannot see failed: $OUT"
+[ ! -e /run/lab/hidden/unseen.bin ] || fail "the private mount is visible outside its namespace: the case tests nothing"
+assert_contains "$OUT" '"copied":true' "a file the daemon cannot open by name is copied from the descriptor"
+need_event 30 p1 peer.resource-received '"name":"unseen.bin"'
+assert_eq "$(sha256sum <"$(received p1 '"name":"unseen.bin"')" | cut -d' ' -f1)" "$(cat "$F/unseen.sha")" "the unseen file's bytes"
+# A file the daemon reads by name is not copied.
+send p2 "$F/size-1.bin" --to "$ID1" --name by-path.bin
+assert_contains "$RUN_OUT" '"copied":false' "a file the daemon can open is read in place"
+wait_for 30 sh -c "[ -z \"\$(ls -A '$OUTBOX')\" ]" || fail "copies left in the outbox once every transfer ended: $(ls -A "$OUTBOX")"
+# The daemon's own key is never sent by path, nor through a symbolic link to it (socat: a raw client).
+KEY=$(pl_state_dir p2)/peer/identity.key
+[ -f "$KEY" ] || fail "no identity key at $KEY"
+ln -sf "$KEY" "$F/key-link"
+for path in "$KEY" "$F/key-link"; do
+    REPLY=$(printf '{"jsonrpc":"2.0","id":1,"method":"peer.send-resource","params":{"path":"%s","to":"all"}}\n' "$path" \
+        | socat -t 10 - UNIX-CONNECT:"$(pl_socket p2)")
+    printf '$ peer.send-resource path=%s\n%s\n' "$path" "$REPLY"
+    assert_contains "$REPLY" "one of the daemon's own files" "sending $path by path is refused"
+done
 
 note "5. p3 is replaced by p4: accept_resources = ask, a 30 MiB quota, a 40 MiB tmpfs inbox"
 stop_peerlinkd p3

@@ -1,0 +1,84 @@
+import SystemKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Copies of bytes a client passed as a descriptor (a pipe, or a file this daemon may not
+/// open by name), kept in the node's outbox directory while a transfer needs them. A copy is
+/// what lets such bytes be offered like a file by path: hashed before the offer, read once
+/// for every receiver, and offered again after a dropped link or a restart (the journal
+/// names the copy). `NodeTransfers` removes a copy once no transfer refers to it.
+struct Outbox: Sendable {
+    /// The directory (mode 0700, made when missing).
+    let directory: String
+
+    /// How long the descriptor may give nothing before the copy is abandoned: a client that
+    /// passes a pipe and never closes it must not hold a thread forever.
+    static let idleTimeout: Duration = .seconds(60)
+
+    /// Names of copies: `<16 hex digits>`; `.part` while being written.
+    static let partSuffix = ".part"
+
+    init(directory: String) throws {
+        self.directory = directory
+        try AtomicFile.makeDirectory(directory, mode: 0o700)
+    }
+
+    /// A new copy's path, not yet written (the caller marks it in use before `copy` writes
+    /// it, so a cleanup meanwhile leaves it alone).
+    func newPath() -> String {
+        let n = UInt64.random(in: 0 ... .max)
+        let hex = String(n, radix: 16)
+        return AtomicFile.join(directory, String(repeating: "0", count: 16 - hex.count) + hex)
+    }
+
+    /// Reads `fd` to its end into `path` (through `path.part`, fsynced, then renamed: the
+    /// copy exists under its name only whole). Blocks: call off the cooperative pool. Errors
+    /// name what failed; nothing is left behind on failure. `fd` stays the caller's.
+    func copy(from fd: Int32, to path: String, idleTimeout: Duration = Outbox.idleTimeout) throws {
+        let part = path + Self.partSuffix
+        let file = try RegularFile.openForWriting(part)
+        var done = false
+        defer {
+            file.close()
+            if !done { _ = try? FileSystem.remove(part) }
+        }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var at: UInt64 = 0
+        let waitMS = Int32(clamping: idleTimeout.components.seconds * 1000 + idleTimeout.components.attoseconds / 1_000_000_000_000_000)
+        while true {
+            // A descriptor may be non-blocking (or a pipe whose writer is slow): wait for data.
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = try syscall("poll", context: "the passed descriptor") { poll(&p, 1, waitMS) }
+            if ready == 0 {
+                throw SystemError(call: "read", code: ETIMEDOUT,
+                                  context: "the passed descriptor gave nothing for \(idleTimeout.components.seconds) s after \(at) bytes")
+            }
+            let n = try syscallAllowingAgain("read", context: "the passed descriptor") {
+                buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            }
+            guard let n else { continue }
+            if n == 0 { break }
+            try file.write(buffer[0..<n], at: at)
+            at += UInt64(n)
+        }
+        try file.sync()
+        try syscall("rename", context: path) { rename(part, path) }
+        done = true
+        try? FileSystem.syncDirectory(directory)
+    }
+
+    /// Removes the copies (and parts) not in `keep`; returns how many went. Failures are
+    /// ignored: a copy left behind is removed the next time.
+    @discardableResult
+    func removeAll(except keep: Set<String>) -> Int {
+        guard let names = try? FileSystem.names(in: directory) else { return 0 }
+        var removed = 0
+        for name in names {
+            let path = AtomicFile.join(directory, name)
+            let copy = name.hasSuffix(Self.partSuffix) ? String(path.dropLast(Self.partSuffix.count)) : path
+            if !keep.contains(copy), (try? FileSystem.remove(path)) == true { removed += 1 }
+        }
+        return removed
+    }
+}
