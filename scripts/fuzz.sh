@@ -79,7 +79,10 @@ for t in $targets; do
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     artifacts=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log")
     ncrash=$(grep -c . <<<"$artifacts")
-    if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -ne 0 ] && [ -z "$artifacts" ] && grep -q 'libFuzzer: run interrupted' "$log"; then
+        # Stopped from outside (SIGINT/SIGTERM): its executions count, it found nothing.
+        echo "   $t: interrupted after ${execs:-?} executions (not a crash)"
+    elif [ "$rc" -ne 0 ]; then
         failed+=("$t")
         echo "   CRASH in $t (exit $rc):"
         grep -m3 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|property violated|Fatal error|deadly signal' "$log" | sed 's/^/     /'

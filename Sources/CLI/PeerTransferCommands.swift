@@ -88,13 +88,14 @@ enum PeerTransferCommands {
         if let name = v.string("name") { params["name"] = .string(name) }
         // The bytes go as a descriptor opened here, with this user's permissions: the daemon
         // reads the file by its path when it can open it too (no copy), and otherwise copies
-        // what the descriptor gives (a service that cannot see this user's files; "-", a pipe).
+        // what the descriptor gives (a service that cannot see this user's files; "-"), with
+        // its size, so that a copy that ends short is an error rather than a shorter file.
         let fd: Int32
         if file == "-" {
             guard params["name"] != nil else {
                 throw .usage(UsageError("--name is required when the file is '-' (standard input has no name)", commandPath: ["peerlink", "peer", image ? "send-image" : "send-file"]))
             }
-            fd = 0
+            fd = try bufferedStandardInput()
         } else {
             let path = file.hasPrefix("/") ? file : AtomicFile.join(FileManager.default.currentDirectoryPath, file)
             params["path"] = .string(path)
@@ -104,7 +105,9 @@ enum PeerTransferCommands {
                 throw .failure("cannot open \(file): \((error as? SystemError)?.reason ?? "\(error)")", exitCode: 1)
             }
         }
-        defer { if fd != 0 { closeQuietly(fd) } }
+        defer { closeQuietly(fd) }
+        var info = stat()
+        if fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG { params["size"] = .int(Int64(info.st_size)) }
         let client = try context.connect()
         defer { client.close() }
         let detach = v.flag("detach")
@@ -136,6 +139,32 @@ enum PeerTransferCommands {
             if !context.json { for line in progress.render() { context.print(line) } }
         }
         return failed == 0 ? 0 : 1
+    }
+
+    /// Standard input as a file of its own, read to its end first: a pipe's end of file
+    /// cannot tell a writer that finished from one that was killed (Ctrl-C on the pipeline),
+    /// so nothing is handed to the daemon until all of it is here, and then with its size.
+    /// The file is unnamed (unlinked at once) in `$TMPDIR` or /tmp.
+    static func bufferedStandardInput() throws(CLIError) -> Int32 {
+        let directory = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array((directory + "/peerlink-stdin-XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { throw .failure("cannot buffer standard input in \(directory): \(SystemError(call: "mkstemp", code: errno).reason)", exitCode: 1) }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        do {
+            while true {
+                let n = try syscall("read", context: "standard input") { buffer.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) } }
+                if n == 0 { break }
+                try writeAll(fd, Array(buffer[0..<n]))
+            }
+            _ = try syscall("lseek") { lseek(fd, 0, SEEK_SET) }
+        } catch {
+            closeQuietly(fd)
+            throw .failure("cannot buffer standard input in \(directory): \((error as? SystemError)?.reason ?? "\(error)")", exitCode: 1)
+        }
+        return fd
     }
 
     static func bytes(_ n: Int64) -> String {

@@ -11,7 +11,7 @@ import SystemKit
 extension PeerCapability {
     func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox) {
         context.register(ControlMethod.peerSendResource) { p, request throws(RPCError) in
-            try p.rejectUnknown(allowed: ["path", "descriptor", "name", "media_type", "to", "image"])
+            try p.rejectUnknown(allowed: ["path", "descriptor", "size", "name", "media_type", "to", "image"])
             // A descriptor passed with the request (SCM_RIGHTS) is taken first, so that it is
             // closed, not left for a later request, whatever else is wrong with this one.
             var passed: Int32?
@@ -30,6 +30,10 @@ extension PeerCapability {
             guard passed != nil || path != nil else {
                 throw .invalidParams("path", "missing: give the file's absolute path, or \"descriptor\": true with a descriptor passed with the request")
             }
+            let size = try p.optionalInt("size", in: 0...Int64.max).map { UInt64($0) }
+            if size != nil, passed == nil {
+                throw .invalidParams("size", "only with \"descriptor\": true (the size of what the descriptor gives)")
+            }
             let name = try p.optionalString("name")
             if passed != nil, path == nil, name == nil {
                 throw .invalidParams("name", "required when the bytes come from a descriptor without a path")
@@ -43,7 +47,7 @@ extension PeerCapability {
             }
             let peers = try Self.peers(p, "to")
             let imagesOnly = try p.optionalBool("image") ?? false
-            let source: ResourceSource = passed.map { .descriptor($0, path: path) } ?? .path(path ?? "")
+            let source: ResourceSource = passed.map { .descriptor($0, path: path, size: size) } ?? .path(path ?? "")
             handedOver = true  // the node closes a passed descriptor now
             let sent = try await rpc {
                 do {

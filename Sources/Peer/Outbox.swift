@@ -11,6 +11,8 @@ import Glibc
 struct Outbox: Sendable {
     /// The directory (mode 0700, made when missing).
     let directory: String
+    /// Free space a copy leaves on the directory's file system (`defaultReserve`).
+    let reserveBytes: UInt64
 
     /// How long the descriptor may give nothing before the copy is abandoned: a client that
     /// passes a pipe and never closes it must not hold a thread forever.
@@ -19,8 +21,9 @@ struct Outbox: Sendable {
     /// Names of copies: `<16 hex digits>`; `.part` while being written.
     static let partSuffix = ".part"
 
-    init(directory: String) throws {
+    init(directory: String, reserveBytes: UInt64 = Outbox.defaultReserve) throws {
         self.directory = directory
+        self.reserveBytes = reserveBytes
         try AtomicFile.makeDirectory(directory, mode: 0o700)
     }
 
@@ -32,10 +35,19 @@ struct Outbox: Sendable {
         return AtomicFile.join(directory, String(repeating: "0", count: 16 - hex.count) + hex)
     }
 
+    /// Free space a copy leaves on the outbox's file system: the daemon's state files (the
+    /// journal, the trust store) must still be writable when a client passes an endless pipe.
+    static let defaultReserve: UInt64 = 16 << 20
+
     /// Reads `fd` to its end into `path` (through `path.part`, fsynced, then renamed: the
     /// copy exists under its name only whole). Blocks: call off the cooperative pool. Errors
     /// name what failed; nothing is left behind on failure. `fd` stays the caller's.
-    func copy(from fd: Int32, to path: String, idleTimeout: Duration = Outbox.idleTimeout) throws {
+    ///
+    /// `expectedSize`: the byte count the client announced; any other count is an error. A
+    /// pipe's end of file cannot tell a writer that finished from one that died, so a client
+    /// that knows the size says it.
+    func copy(from fd: Int32, to path: String, expectedSize: UInt64? = nil, idleTimeout: Duration = Outbox.idleTimeout) throws {
+        try checkSpace(after: 0)
         let part = path + Self.partSuffix
         let file = try RegularFile.openForWriting(part)
         var done = false
@@ -61,11 +73,20 @@ struct Outbox: Sendable {
             if n == 0 { break }
             try file.write(buffer[0..<n], at: at)
             at += UInt64(n)
+            if let expectedSize, at > expectedSize { throw CopyError.size(atLeast: at, expected: expectedSize) }
+            if at % (16 << 20) < UInt64(n) { try checkSpace(after: at) }
         }
+        if let expectedSize, at != expectedSize { throw CopyError.size(atLeast: at, expected: expectedSize, ended: true) }
         try file.sync()
         try syscall("rename", context: path) { rename(part, path) }
         done = true
         try? FileSystem.syncDirectory(directory)
+    }
+
+    /// Throws when the outbox's file system has less than the reserve free.
+    private func checkSpace(after bytes: UInt64) throws {
+        let free = try FileSystem.availableBytes(at: directory)
+        if free < reserveBytes { throw CopyError.space(after: bytes, directory: directory, reserve: reserveBytes) }
     }
 
     /// Removes the copies (and parts) not in `keep`; returns how many went. Failures are
@@ -80,5 +101,22 @@ struct Outbox: Sendable {
             if !keep.contains(copy), (try? FileSystem.remove(path)) == true { removed += 1 }
         }
         return removed
+    }
+}
+
+/// Why a passed descriptor's bytes were not copied (besides a failing call).
+enum CopyError: Error, CustomStringConvertible {
+    /// More bytes, or fewer by the end, than the client announced.
+    case size(atLeast: UInt64, expected: UInt64, ended: Bool = false)
+    /// The outbox's file system is down to its reserve.
+    case space(after: UInt64, directory: String, reserve: UInt64)
+
+    var description: String {
+        switch self {
+        case .size(let got, let expected, true): "the descriptor gave \(got) bytes, not the \(expected) announced (size)"
+        case .size(_, let expected, false): "the descriptor gave more than the \(expected) bytes announced (size)"
+        case .space(let after, let directory, let reserve):
+            "stopped after \(after) bytes: \(directory)'s file system is down to the \(reserve >> 20) MiB kept free"
+        }
     }
 }

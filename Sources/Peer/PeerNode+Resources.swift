@@ -20,7 +20,7 @@ extension PeerNode {
     public func sendResource(_ source: ResourceSource, name: String? = nil, mediaType: String? = nil, to peers: [PeerID],
                              imagesOnly: Bool = false) async throws -> (transfers: [ResourceTransfer], copied: Bool) {
         var passed: Int32?
-        if case .descriptor(let fd, _) = source { passed = fd }
+        if case .descriptor(let fd, _, _) = source { passed = fd }
         defer { if let passed { closeQuietly(passed) } }
         if let name { try Self.checkResourceName(name) }
         let targets = try sessionConnections(peers)
@@ -38,7 +38,7 @@ extension PeerNode {
             let file = try await open(path)
             if imagesOnly, file.image == nil { throw notAnImage(file, path) }
             return (transfers.send(file, name: file.name, to: targets), false)
-        case .descriptor(let fd, let path):
+        case .descriptor(let fd, let path, let size):
             if let path, FileSystem.isSameFile(path, as: fd), let file = try? await open(path) {
                 if imagesOnly, file.image == nil { throw notAnImage(file, path) }
                 return (transfers.send(file, name: file.name, to: targets), false)
@@ -50,7 +50,7 @@ extension PeerNode {
             let (outbox, copy) = try transfers.reserveCopy()
             let file: OutgoingFile
             do {
-                try await onOwnThread { try outbox.copy(from: fd, to: copy) }
+                try await onOwnThread { try outbox.copy(from: fd, to: copy, expectedSize: size) }
                 file = try await onOwnThread { try OutgoingFile(path: copy, name: offered, mediaType: mediaType) }
             } catch {
                 transfers.discardCopy(copy)

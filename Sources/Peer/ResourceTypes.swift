@@ -59,6 +59,7 @@ public enum ResourceSource: Sendable {
     case path(String)
     /// A descriptor a client passed (the node owns it from now on and closes it): a pipe, a
     /// socket or an open file; `path`, when the client gave one, is where the file is (read
-    /// there when this node may open it, and the name offered when none is given).
-    case descriptor(Int32, path: String?)
+    /// there when this node may open it, and the name offered when none is given); `size`,
+    /// when the client knows it, is checked against what the descriptor gives.
+    case descriptor(Int32, path: String?, size: UInt64? = nil)
 }

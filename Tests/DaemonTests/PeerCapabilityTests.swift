@@ -309,6 +309,7 @@ import Glibc
         ("peer.send-resource", ["path": "relative.bin"], "absolute path"),
         ("peer.send-resource", ["to": "all"], "give the file's absolute path"),
         ("peer.send-resource", ["descriptor": true, "to": "all"], "no descriptor came with the request"),
+        ("peer.send-resource", ["path": "/etc/hostname", "size": 3], "only with"),
         ("peer.send-resource", ["path": "/etc/hostname", "descriptor": "yes"], "descriptor"),
         ("peer.send-resource", ["path": "/etc/hostname"], "no session"),
         ("peer.send-resource", ["path": "/etc/hostname", "media_type": "text"], "media type"),

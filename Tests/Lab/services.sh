@@ -190,6 +190,9 @@ lab_setup_dummy0() {
 # avahi_conf FILE HOST INTERFACE: an avahi-daemon config on one interface, IPv4 only, with a
 # fixed host name, so a published service is seen exactly once (one interface, one
 # protocol); the lab's own daemon and each network-namespace host of a scenario use it.
+# IPv4 only means no AAAA records either: with use-ipv6=no avahi still publishes the
+# interface's IPv6 link-local address over IPv4 (publish-aaaa-on-ipv4 defaults to yes), and
+# a resolve then answers with whichever record came first (00-lab-sanity failed so once).
 avahi_conf() {
     cat >"$1" <<CONF
 [server]
@@ -202,6 +205,7 @@ ratelimit-burst=1000
 [wide-area]
 enable-wide-area=no
 [publish]
+publish-aaaa-on-ipv4=no
 publish-hinfo=no
 publish-workstation=no
 [reflector]

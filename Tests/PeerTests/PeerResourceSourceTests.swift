@@ -53,7 +53,7 @@ import Glibc
         defer { a.node.stop(); b.node.stop() }
         let bytes = InboxTests.content(size, seed: 3)
         let r = try Self.pipe(feeding: bytes)
-        let (sent, copied) = try await b.node.sendResource(.descriptor(r, path: nil), name: "piped.bin", to: [])
+        let (sent, copied) = try await b.node.sendResource(.descriptor(r, path: nil, size: size % 2 == 1 ? UInt64(size) : nil), name: "piped.bin", to: [])
         #expect(copied)
         #expect(sent.first?.size == UInt64(size) && sent.first?.name == "piped.bin")
         #expect(InboxTests.tree(dir.path + "/outbox").count == 1, "the copy waits in the outbox")

@@ -135,6 +135,10 @@ for n in 1 3; do
     need_event 30 p$n peer.resource-received '"name":"py.bin"'
     same_hash "$F/py.bin" "$(received p$n '"name":"py.bin"')" "the python client's bytes to p$n"
 done
+# A pipe that gives less than the client announced (a writer killed mid-way): an error, no transfer.
+run "$PY3" "$LAB_DIR/send-fd.py" "$(pl_socket p2)" short.bin "$F/py.bin" 500001
+[ "$RUN_RC" = 1 ] || fail "a pipe shorter than its announced size was taken: $RUN_OUT"
+assert_contains "$RUN_OUT" "gave 500000 bytes, not the 500001 announced" "the daemon says the pipe ended short"
 # A file in a mount only the CLI sees (as a service with ProtectHome= cannot see /home):
 # the CLI opens it, the daemon cannot open it by name and copies what the descriptor gives.
 mkdir -p /run/lab/hidden
