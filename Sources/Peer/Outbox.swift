@@ -57,7 +57,7 @@ struct Outbox: Sendable {
         }
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var at: UInt64 = 0
-        let waitMS = Int32(clamping: idleTimeout.components.seconds * 1000 + idleTimeout.components.attoseconds / 1_000_000_000_000_000)
+        let waitMS = idleTimeout.clampedMilliseconds
         while true {
             // A descriptor may be non-blocking (or a pipe whose writer is slow): wait for data.
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

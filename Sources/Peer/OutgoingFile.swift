@@ -51,7 +51,12 @@ public final class OutgoingFile: @unchecked Sendable {
         sha256 = try digest.finish()
         image = ImageHeader.parse(head)
         self.mediaType = mediaType ?? image?.format.mediaType ?? "application/octet-stream"
-        self.name = name ?? String(path.split(separator: "/").last ?? Substring(path))
+        self.name = name ?? Self.fileName(of: path)
+    }
+
+    /// The name a file at `path` is offered under when none is given: its last component.
+    static func fileName(of path: String) -> String {
+        String(path.split(separator: "/").last ?? Substring(path))
     }
 
     /// Up to `count` bytes (at most `maxChunk`) from `offset`; nil when the file changed

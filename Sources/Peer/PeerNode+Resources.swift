@@ -43,7 +43,7 @@ extension PeerNode {
                 if imagesOnly, file.image == nil { throw notAnImage(file, path) }
                 return (transfers.send(file, name: file.name, to: targets), false)
             }
-            guard let offered = name ?? path.map(Self.lastComponent) else {
+            guard let offered = name ?? path.map(OutgoingFile.fileName) else {
                 throw PeerError.invalid("name", "required when the bytes come from a descriptor without a path")
             }
             try Self.checkResourceName(offered)
@@ -62,10 +62,6 @@ extension PeerNode {
             }
             return (transfers.send(file, name: offered, to: targets), true)
         }
-    }
-
-    private static func lastComponent(_ path: String) -> String {
-        String(path.split(separator: "/").last ?? Substring(path))
     }
 
     /// Transfers in progress or waiting, both ways.
