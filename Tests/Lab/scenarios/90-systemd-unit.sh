@@ -23,6 +23,9 @@
 #      name it had, its GATT application and advertisement come back on it (the events, and
 #      busctl for the advertisement), none lands on the controller that took its name;
 #   8. `systemd-analyze security peerlinkd`: in the OK band or better;
+#   8b. `peer send-file` of a file in /root (hidden by ProtectHome=yes) and one in /tmp
+#      (PrivateTmp=yes) to a second daemon: the service copies the descriptor the CLI passes,
+#      each arrives whole (sha256sum), the outbox (peerlink, 0700) is empty after;
 #   9. `systemctl disable --now` (`apt-get purge` is proved by 80-package).
 . "$LAB_DIR/lib.sh"
 [ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is $(cat /proc/1/comm), not systemd: this scenario needs the lab's systemd boot ('# boot: systemd', Tests/Lab/systemd-boot.sh)"
@@ -277,6 +280,33 @@ case ${LEVEL#* } in
     OK|SAFE|PERFECT) ;;
     *) fail "systemd-analyze security: '${LEVEL:-no level}', not OK or better: $(printf '%s\n' "$RUN_OUT" | grep '✗')" ;;
 esac
+
+note "8b. peer send-file of files the service cannot see by name (/root: ProtectHome=yes, /tmp: PrivateTmp=yes)"
+# The receiving peer: a second daemon on loopback, started by hand as root (the packaged binary).
+RCV=/run/lab/receiver
+rm -rf "$RCV"; mkdir -p "$RCV"
+printf 'peer.name = receiver\npeer.port = 7079\npeer.accept = all\npeer.accept_resources = all\npeer.inbox_dir = %s/inbox\n' "$RCV" >"$RCV/peerlink.conf"
+spawn receiver /usr/bin/peerlinkd --socket "$RCV/control.sock" --state-dir "$RCV/state" --config "$RCV/peerlink.conf"
+RECEIVER=$SPAWN_PID
+wait_for 20 sh -c "timeout 5 peerlink --socket '$RCV/control.sock' status >/dev/null 2>&1; [ \$? -le 2 ]" \
+    || fail "the receiving daemon does not answer: $(tail -n 5 "$(log_of receiver)")"
+run timeout 30 peerlink peer connect 127.0.0.1:7079
+assert_eq "$RUN_RC" 0 "the service connects to the receiving peer"
+head -c 150000 /dev/urandom >/root/in-home.bin
+head -c 120000 /dev/urandom >/tmp/in-tmp.bin
+for f in /root/in-home.bin /tmp/in-tmp.bin; do
+    run timeout 60 peerlink --json peer send-file "$f"
+    assert_eq "$RUN_RC" 0 "peer send-file $f to the service"
+    assert_contains "$RUN_OUT" '"copied":true' "the service cannot open $f by name: it copied the passed descriptor"
+    got=$RCV/inbox/$(basename "$f")
+    wait_for 15 test -f "$got" || fail "$f did not arrive: $(ls -A "$RCV/inbox" 2>&1)"
+    assert_eq "$(sha256sum <"$got" | cut -d' ' -f1)" "$(sha256sum <"$f" | cut -d' ' -f1)" "sha256sum of $f as received"
+done
+wait_for 15 sh -c "[ -z \"\$(ls -A /var/lib/peerlink/peer/outbox)\" ]" \
+    || fail "copies left in the service's outbox: $(ls -A /var/lib/peerlink/peer/outbox)"
+assert_eq "$(stat -c '%U %a' /var/lib/peerlink/peer/outbox)" "peerlink 700" "the outbox's owner and mode"
+kill "$RECEIVER"; wait "$RECEIVER" 2>/dev/null
+rm -f /root/in-home.bin /tmp/in-tmp.bin
 
 note "9. systemctl disable --now"
 run timeout 60 systemctl disable --now "$UNIT"
