@@ -187,12 +187,14 @@ lab_setup_dummy0() {
         ip addr add "$LAB_DUMMY_ADDR/16" dev dummy0
 }
 
-# avahi_conf FILE HOST INTERFACE: an avahi-daemon config on one interface, IPv4 only, with a
-# fixed host name, so a published service is seen exactly once (one interface, one
+# avahi_conf FILE HOST INTERFACE [AAAA]: an avahi-daemon config on one interface, IPv4 only,
+# with a fixed host name, so a published service is seen exactly once (one interface, one
 # protocol); the lab's own daemon and each network-namespace host of a scenario use it.
-# IPv4 only means no AAAA records either: with use-ipv6=no avahi still publishes the
-# interface's IPv6 link-local address over IPv4 (publish-aaaa-on-ipv4 defaults to yes), and
-# a resolve then answers with whichever record came first (00-lab-sanity failed so once).
+# AAAA (yes|no, default no) is publish-aaaa-on-ipv4: with use-ipv6=no avahi still publishes
+# the interface's IPv6 link-local address over IPv4 unless told not to, and a resolve then
+# answers with whichever record came first. The namespace hosts turn it off (their scenarios
+# compare one address); the lab's own daemon keeps it, so 50-dnssd-interop can check that
+# `dnssd resolve --all-addresses` gathers both of dummy0's addresses.
 avahi_conf() {
     cat >"$1" <<CONF
 [server]
@@ -205,7 +207,7 @@ ratelimit-burst=1000
 [wide-area]
 enable-wide-area=no
 [publish]
-publish-aaaa-on-ipv4=no
+publish-aaaa-on-ipv4=${4:-no}
 publish-hinfo=no
 publish-workstation=no
 [reflector]
@@ -213,10 +215,10 @@ publish-workstation=no
 CONF
 }
 
-# The lab's avahi config: dummy0 only.
+# The lab's avahi config: dummy0 only, its IPv6 link-local address published over IPv4 too.
 _lab_avahi_conf() {
     mkdir -p "$LAB_RUN"
-    avahi_conf "$LAB_RUN/avahi-daemon.conf" "$LAB_AVAHI_HOST" dummy0
+    avahi_conf "$LAB_RUN/avahi-daemon.conf" "$LAB_AVAHI_HOST" dummy0 yes
 }
 
 lab_start_avahi() {
