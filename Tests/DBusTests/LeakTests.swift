@@ -70,8 +70,8 @@ import TestSupport
     @Test func tenThousandCallsLeaveNothingBehind() async throws {
         let pair = try await EchoPair()
         let payload = DBusValue.bytes(Array(repeating: 0xA5, count: 2048))
-        var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
+        var ends: [Int32] = [-1, -1]
+        try #require(pipe(&ends) == 0)
         defer { closeQuietly(ends[1]) }
         let inode = Self.pipeInode(ends[0])
         let sent = UnixFD(taking: ends[0])

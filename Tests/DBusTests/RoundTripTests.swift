@@ -104,8 +104,8 @@ final class HeldReplies: Sendable {
     @Test func fileDescriptorsPassBothWays() async throws {
         let pair = try await EchoPair()
         #expect(pair.client.canPassFileDescriptors)
-        var fds: [Int32] = [0, 0]
-        #expect(pipe(&fds) == 0)
+        var fds: [Int32] = [-1, -1]
+        try #require(pipe(&fds) == 0)
         defer { closeQuietly(fds[1]) }
         let sent = UnixFD(taking: fds[0])
         // In a variant, in a struct, in an array: each comes back as a new descriptor for the same pipe.

@@ -28,7 +28,7 @@ import Glibc
     /// A non-blocking pipe. Its descriptors are left open when a test ends (the adapter
     /// watches duplicates; the originals are the test's, as Avahi's are Avahi's).
     func makePipe() -> (read: Int32, write: Int32) {
-        var fds: [Int32] = [0, 0]
+        var fds: [Int32] = [-1, -1]
         #expect(pipe(&fds) == 0)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
         return (fds[0], fds[1])

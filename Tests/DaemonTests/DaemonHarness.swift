@@ -101,14 +101,24 @@ final class DaemonHarness: Sendable {
 
 /// A blocking client on the control socket that sends raw bytes and reads raw lines.
 final class RawClient {
-    let fd: Int32
+    /// The connection (-1 once `close()`d).
+    private(set) var fd: Int32
     private var framer = LineFramer(maxLineBytes: 64 * 1_048_576)
     private var nextID: Int64 = 1
     /// Descriptors the server passed (SCM_RIGHTS), in arrival order; the test owns them.
     var descriptors: [Int32] = []
 
     init(_ path: String) throws { fd = try UnixSocket.connect(path: path) }
-    deinit { closeQuietly(fd) }
+    deinit { close() }
+
+    /// Closes the connection now, once. (Never `closeQuietly(client.fd)`: the deinit would
+    /// close the number again, by then perhaps another test's descriptor: a fake bluetoothd's
+    /// bus connection in a test running alongside was cut so.)
+    func close() {
+        guard fd >= 0 else { return }
+        closeQuietly(fd)
+        fd = -1
+    }
 
     /// Sends `bytes`, with `passing` descriptors (SCM_RIGHTS) on the first; the test keeps its own.
     func send(_ bytes: [UInt8], passing: [Int32] = []) throws { try SocketIO.sendAll(fd, bytes, passing: passing) }

@@ -196,7 +196,7 @@ import Glibc
         _ = try other.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
         let s3 = try #require(other.descriptors.first)
         defer { closeQuietly(s3) }
-        closeQuietly(other.fd)
+        other.close()
         #expect(try SocketIO.waitReadable(s3, timeoutMilliseconds: 5000))
         #expect(recv(s3, &b, b.count, 0) == 0)
 

@@ -243,7 +243,17 @@ final class RawPeer: Sendable {
         }
     }
 
-    func close() { closeQuietly(fd) }
+    private let closed = Mutex(false)
+
+    /// Closes the socket, once: a second call must not close the number again (by then it
+    /// may be another test's descriptor).
+    func close() {
+        let first = closed.withLock { c in
+            defer { c = true }
+            return !c
+        }
+        if first { closeQuietly(fd) }
+    }
 
     func send(_ frame: Frame) throws { try SocketIO.sendAll(fd, try FrameEncoder.encode(frame)) }
 

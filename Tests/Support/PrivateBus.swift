@@ -110,8 +110,13 @@ public func runTool(_ executable: String, _ arguments: [String], environment: [S
             let base = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-tool-\(UUID().uuidString)").path
             let outFD = open(base + ".out", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             let errFD = open(base + ".err", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            var inFDs: [Int32] = [0, 0]
-            _ = pipe(&inFDs)
+            var inFDs: [Int32] = [-1, -1]
+            guard pipe(&inFDs) == 0 else {
+                closeQuietly(outFD); closeQuietly(errFD)
+                unlink(base + ".out"); unlink(base + ".err")
+                cont.resume(throwing: TestSupportError("pipe: \(String(cString: strerror(errno)))"))
+                return
+            }
             // Not to be kept by children that parallel tests spawn (see PrivateBus.init).
             try? setCloseOnExec(inFDs[0])
             try? setCloseOnExec(inFDs[1])
