@@ -64,12 +64,21 @@ struct ConnectionTransfers {
         /// Stream writers to call back, outside the lock: true when their bytes are all in
         /// the lanes, false when the stream ended first.
         var wakeups: [(@Sendable (Bool) -> Void, Bool)] = []
+        /// Received resource bytes for their files' writers, in order; the connection reports
+        /// each write once done (`written`).
+        var writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])] = []
     }
 
     /// RESOURCE_DATA's payload: a whole frame (the id is in the header).
     static let chunkSize = Wire.maxPayload
     /// Chunks queued ahead per resource: one stream window's worth (256 KiB).
     static let queuedChunks = FlowWindow.initialStream / chunkSize
+    /// How far a received resource's writer may fall behind before its bytes' window is held
+    /// back (given back as the writer catches up): while the disk keeps up, the window goes
+    /// back as the bytes arrive, as if written at once (the writer's lag would otherwise add
+    /// to every round trip of the window); when it does not (a flush on a slow card), the
+    /// peer stops, and a resource never holds more than this and its window in memory.
+    static let writeAhead = 1 << 20
     /// Progress is reported at most this often per resource.
     static let progressInterval: Duration = .milliseconds(250)
 
@@ -84,8 +93,14 @@ struct ConnectionTransfers {
     private struct Receiving {
         let offer: ResourceOffer
         /// Nil until accepted.
-        var file: IncomingFile?
+        var file: IncomingFileWriter?
         var reported: ContinuousClock.Instant
+        /// Bytes on the part once the writes given so far are done (its offset included).
+        var received: UInt64 = 0
+        /// Bytes handed to the writer and not written yet.
+        var unwritten = 0
+        /// Bytes whose window is held back until the writer catches up (`writeAhead`).
+        var heldCredit = 0
     }
 
     private var table: ResourceTable
@@ -131,7 +146,8 @@ struct ConnectionTransfers {
             return out
         }
         out.frames.append(frame)
-        receiving[id]?.file = file
+        receiving[id]?.file = IncomingFileWriter(file)
+        receiving[id]?.received = file.offset
         receiving[id]?.reported = now
         out.events.append(.started(id: id, outgoing: false, offset: file.offset))
         return out
@@ -153,20 +169,21 @@ struct ConnectionTransfers {
         guard let frame = table.cancel(id, reason: reason) else { return out }
         out.frames.append(frame)
         out.dropped.append(id)
-        if let e = forget(id, reason, detail, byPeer: false) { out.events.append(e) }
+        if let e = forget(id, reason, detail, byPeer: false, &out) { out.events.append(e) }
         return out
     }
 
-    /// Forgets resource `id`, either way (a received part is removed), and says how it ended
-    /// and how far it got; nil when this side had no such resource.
-    private mutating func forget(_ id: UInt32, _ reason: Reason, _ detail: String, byPeer: Bool) -> TransferEvent? {
+    /// Forgets resource `id`, either way (a received part is removed, the window held back
+    /// for it goes back to the connection), and says how it ended and how far it got; nil
+    /// when this side had no such resource.
+    private mutating func forget(_ id: UInt32, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) -> TransferEvent? {
         if let s = sending.removeValue(forKey: id) {
             return .ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: byPeer, bytes: s.handedOut)
         }
         guard let r = receiving.removeValue(forKey: id) else { return nil }
-        let bytes = r.file?.received ?? 0
+        out.released += r.heldCredit
         r.file?.discard()
-        return .ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: byPeer, bytes: bytes)
+        return .ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: byPeer, bytes: r.received)
     }
 
     /// The connection ended (`reason`, `detail`, `byPeer`: how): received parts are kept for
@@ -179,8 +196,8 @@ struct ConnectionTransfers {
                 sending[id] = nil
                 out.events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
             } else if let r = receiving.removeValue(forKey: id) {
-                r.file?.suspend()
-                out.events.append(.interrupted(id: id, outgoing: false, bytes: r.file?.received ?? 0))
+                let bytes = r.file?.suspend() ?? 0
+                out.events.append(.interrupted(id: id, outgoing: false, bytes: bytes))
             }
         }
         // Never `normal` for a stream: that says every byte reached the reader.
@@ -240,6 +257,26 @@ struct ConnectionTransfers {
         let n = min(bytes, waiting)
         unconsumed[id] = waiting - n
         out.consumed.append((id, n))
+        return out
+    }
+
+    /// `bytes` of resource `id` were written to its file (`error`: or failed to be): the
+    /// window held back goes back once the writer is within `writeAhead` again (that of a
+    /// resource that has ended was released with its end); a failed write cancels the
+    /// resource, with the reason and the error.
+    mutating func written(_ id: UInt32, bytes: Int, error: InboxError?) -> Outcome {
+        var out = Outcome()
+        if var r = receiving[id] {
+            r.unwritten -= bytes
+            if r.heldCredit > 0, r.unwritten < Self.writeAhead {
+                out.consumed.append((id, r.heldCredit))
+                r.heldCredit = 0
+            }
+            receiving[id] = r
+        }
+        if let error, receiving[id] != nil {
+            Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
+        }
         return out
     }
 
@@ -352,9 +389,26 @@ struct ConnectionTransfers {
         default: break
         }
         var out = Outcome()
-        // Every data byte the machine counted goes back to the window, whatever becomes of it.
-        if case .resourceData(let id, let d) = frame, !d.isEmpty { out.consumed.append((id, d.count)) }
-        guard let event = table.received(frame) else { return out }
+        let event = table.received(frame)
+        // Every data byte the machine counted goes back to the window, whatever becomes of
+        // it: at once, unless its file's writer is behind by `writeAhead` (then as it
+        // catches up).
+        if case .resourceData(let id, let d) = frame, !d.isEmpty {
+            if case .data? = event, var r = receiving[id], let file = r.file {
+                out.writes.append((id, file, d))
+                if r.unwritten < Self.writeAhead { out.consumed.append((id, d.count)) } else { r.heldCredit += d.count }
+                r.unwritten += d.count
+                r.received += UInt64(d.count)
+                if now - r.reported >= Self.progressInterval {
+                    r.reported = now
+                    out.events.append(.progress(id: id, outgoing: false, bytes: r.received))
+                }
+                receiving[id] = r
+            } else {
+                out.consumed.append((id, d.count))
+            }
+        }
+        guard let event else { return out }
         switch event {
         case .offered(let offer):
             receiving[offer.resourceID] = Receiving(offer: offer, reported: now)
@@ -364,23 +418,14 @@ struct ConnectionTransfers {
         case .declined(let id, let reason):
             sending[id] = nil
             out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: "the peer declined it", byPeer: true, bytes: 0))
-        case .data(let id, _, let bytes):
-            guard let file = receiving[id]?.file else { break }
-            do {
-                try file.write(bytes)
-            } catch {
-                Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
-                break
-            }
-            if let r = receiving[id], now - r.reported >= Self.progressInterval {
-                receiving[id]?.reported = now
-                out.events.append(.progress(id: id, outgoing: false, bytes: file.received))
-            }
+        case .data:
+            break  // handed to the file's writer above
         case .complete(let id):
             guard let file = receiving[id]?.file else { break }
             do {
                 let saved = try file.finish()
-                receiving[id] = nil
+                // Written, all of it: what the writes have not reported yet goes back now.
+                if let r = receiving.removeValue(forKey: id) { out.released += r.heldCredit }
                 if let done = try? table.verified(id) { out.frames.append(done) }
                 out.events.append(.received(id: id, file: saved))
             } catch {
@@ -391,11 +436,11 @@ struct ConnectionTransfers {
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
-            if let e = forget(id, reason, "the peer cancelled it", byPeer: true) { out.events.append(e) }
+            if let e = forget(id, reason, "the peer cancelled it", byPeer: true, &out) { out.events.append(e) }
         case .violation(let id, let why, let reply):
             out.frames.append(reply)
             out.dropped.append(id)
-            if let e = forget(id, .protocolError, why, byPeer: false) { out.events.append(e) }
+            if let e = forget(id, .protocolError, why, byPeer: false, &out) { out.events.append(e) }
         case .ignored:
             break
         }
@@ -409,5 +454,6 @@ struct ConnectionTransfers {
         out.events += o.events
         out.wakeups += o.wakeups
         out.released += o.released
+        out.writes += o.writes
     }
 }

@@ -109,6 +109,17 @@ extension PeerConnection {
         transfers { s in s.transfers.consumedStream(id, bytes: bytes) }
     }
 
+    /// Hands received resource bytes to their files' writers (under the lock: in order);
+    /// each write, once done, gives its bytes back to the peer's window on the queue.
+    func startWrites(_ writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])]) {
+        for (id, writer, bytes) in writes {
+            let count = bytes.count
+            writer.write(bytes) { [weak self] error in
+                self?.transfers { s in s.transfers.written(id, bytes: count, error: error) }
+            }
+        }
+    }
+
     private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
         queue.async { [self] in
             var events: [Delivered] = []

@@ -371,6 +371,7 @@ public final class PeerConnection: Sendable {
     /// bytes returned to the peer's window, events reported and writers woken in order.
     func apply(_ o: ConnectionTransfers.Outcome, _ s: inout State, _ events: inout [Delivered]) {
         for id in o.dropped { _ = s.scheduler.removeStream(id) }
+        startWrites(o.writes)
         for f in o.frames { enqueue(f, &s) }
         events += o.events.map { .transfer($0) }
         events += o.wakeups.map { .wake($0.0, $0.1) }

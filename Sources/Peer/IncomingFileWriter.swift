@@ -1,0 +1,82 @@
+// Linux Dispatch has no Sendable annotations; its queues are thread-safe.
+@preconcurrency import Dispatch
+import Session
+
+/// An `IncomingFile` written on a queue of its own, so the disk never holds up the
+/// connection: the connection decrypts and decodes while the previous chunks are hashed,
+/// written and, every `Inbox.Limits.syncInterval` bytes, flushed (which on an SD card can
+/// take a good part of a second). Before, all of it ran on the connection's queue, and a
+/// message, a ping or the peer's credit arriving behind a chunk waited for the disk.
+///
+/// Writes are asynchronous and reported in order; once a writer is more than
+/// `ConnectionTransfers.writeAhead` behind, the connection holds the peer's window back until
+/// it catches up, so what waits here stays bounded. The rest (`finish`, `suspend`, `discard`)
+/// waits for the writes before it to be done, so it sees the whole file: these are rare, and
+/// their order matters more.
+final class IncomingFileWriter: @unchecked Sendable {
+    /// What was offered.
+    let offer: ResourceOffer
+    /// Where the sender starts (what an earlier transfer left for sure).
+    let offset: UInt64
+
+    private let file: IncomingFile
+    private let queue = DispatchQueue(label: "peerlink.inbox-writer")
+    /// Set on the queue by the first failed write: later ones are skipped (the connection
+    /// cancels the resource when it hears of the first).
+    private var failed = false
+
+    init(_ file: IncomingFile) {
+        self.file = file
+        offer = file.offer
+        offset = file.offset
+    }
+
+    /// Appends `bytes` after those given before. `done` runs on the writer's queue once they
+    /// are written: with the error when the write failed, nil otherwise (and for a write
+    /// skipped after a failure: that failure was reported once).
+    func write(_ bytes: [UInt8], done: @escaping @Sendable (InboxError?) -> Void) {
+        queue.async { [self] in
+            guard !failed else { return done(nil) }
+            do throws(InboxError) {
+                try file.write(bytes)
+                done(nil)
+            } catch {
+                failed = true
+                done(error)
+            }
+        }
+    }
+
+    /// Every byte came: once the writes before are done, verifies and saves the file
+    /// (`IncomingFile.finish`).
+    func finish() throws(InboxError) -> ReceivedFile {
+        let result = queue.sync { () -> Result<ReceivedFile, InboxError> in
+            do throws(InboxError) {
+                return .success(try file.finish())
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// The transfer stopped and may resume: once the writes before are done, records what is
+    /// on the disk. Returns the bytes the part holds.
+    @discardableResult
+    func suspend() -> UInt64 {
+        queue.sync {
+            file.suspend()
+            return file.received
+        }
+    }
+
+    /// The transfer is over without a file: once the writes before are done, the part goes.
+    /// Returns the bytes it had.
+    @discardableResult
+    func discard() -> UInt64 {
+        queue.sync {
+            file.discard()
+            return file.received
+        }
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+@testable import Peer
+import Session
+import SystemKit
+import Testing
+
+/// The writer that keeps the disk off the connection's queue: writes run in the order given
+/// and each reports once; what follows a failed write is skipped (its failure was reported);
+/// finishing, suspending and discarding wait for the writes before them.
+@Suite struct IncomingFileWriterTests {
+    typealias Directory = InboxTests.Directory
+
+    /// What the writes reported, in order (the callbacks run on the writer's queue).
+    final class Reports: @unchecked Sendable {
+        private let lock = NSLock()
+        private var items: [String] = []
+        func add(_ s: String) { lock.withLock { items.append(s) } }
+        var all: [String] { lock.withLock { items } }
+    }
+
+    static func report(_ r: Reports, _ n: Int) -> @Sendable (InboxError?) -> Void {
+        { error in r.add(error.map { "\(n): \($0.reason)" } ?? "\(n): ok") }
+    }
+
+    /// Many small writes given at once land in order: the file saved is the sender's, and
+    /// every write reported before `finish` returned.
+    @Test func writesInOrderThenFinishes() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox", limits: .init(syncInterval: 10_000))
+        let bytes = InboxTests.content(300_007)
+        let writer = IncomingFileWriter(try inbox.receive(try InboxTests.offer("w.bin", bytes), from: InboxTests.peer))
+        let reports = Reports()
+        var n = 0
+        for start in stride(from: 0, to: bytes.count, by: 1000) {
+            writer.write(Array(bytes[start..<min(start + 1000, bytes.count)]), done: Self.report(reports, n))
+            n += 1
+        }
+        let saved = try writer.finish()
+        #expect(reports.all == (0..<n).map { "\($0): ok" })
+        #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "w.bin"])
+    }
+
+    /// A write the file refuses (more bytes than offered) is reported with its reason, once;
+    /// the writes after it are skipped and report no error of their own; discarding removes
+    /// the part and says how many bytes it had.
+    @Test func aFailedWriteIsReportedOnceAndTheRestSkipped() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let bytes = InboxTests.content(5000)
+        let writer = IncomingFileWriter(try inbox.receive(try InboxTests.offer("f.bin", bytes), from: InboxTests.peer))
+        let reports = Reports()
+        writer.write(Array(bytes[0..<4000]), done: Self.report(reports, 0))
+        writer.write(Array(repeating: 1, count: 2000), done: Self.report(reports, 1))
+        writer.write(Array(bytes[4000...]), done: Self.report(reports, 2))
+        #expect(writer.discard() == 4000)
+        #expect(reports.all == ["0: ok", "1: \(Reason.protocolError)", "2: ok"])
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part"])
+    }
+
+    /// Suspending waits for the writes given before it and records them: the next receive
+    /// of the same offer resumes from their end.
+    @Test func suspendRecordsEveryWriteBeforeIt() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox", limits: .init(syncInterval: 1 << 30))
+        let bytes = InboxTests.content(200_000)
+        let offer = try InboxTests.offer("s.bin", bytes)
+        let writer = IncomingFileWriter(try inbox.receive(offer, from: InboxTests.peer))
+        for start in stride(from: 0, to: 120_000, by: 4000) {
+            writer.write(Array(bytes[start..<start + 4000]), done: { _ in })
+        }
+        #expect(writer.suspend() == 120_000)
+        let again = try Inbox(directory: dir.path + "/inbox", bootID: "another boot").receive(offer, from: InboxTests.peer)
+        #expect(again.offset == 120_000, "recorded by the suspend: a new boot trusts only the record")
+    }
+}
+
+/// The window of a received resource, without sockets: given back as the bytes arrive while
+/// the writer is within `writeAhead`, held back beyond it and given back as the writer
+/// catches up; what is held when the resource ends goes back to the connection.
+@Suite struct ReceivedWindowTests {
+    static let chunk = 64 * 1024
+
+    /// A listener's transfers with offer 1 (`size` bytes) accepted into a fresh inbox.
+    static func accepted(_ size: Int, _ dir: InboxTests.Directory) throws -> ConnectionTransfers {
+        var t = ConnectionTransfers(role: .listener)
+        let bytes = InboxTests.content(size)
+        let offer = try InboxTests.offer("w.bin", bytes, id: 1)
+        _ = t.received(.resourceOffer(offer), from: InboxTests.peer, now: .now)
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let out = t.accept(1, file: try inbox.receive(offer, from: InboxTests.peer), now: .now)
+        #expect(out.frames.count == 1, "the accept goes")
+        return t
+    }
+
+    @Test func heldBackOnlyWhileTheWriterIsBehind() throws {
+        let dir = try InboxTests.Directory()
+        let chunks = ConnectionTransfers.writeAhead / Self.chunk + 3
+        var t = try Self.accepted(chunks * Self.chunk, dir)
+        var given = 0, writes = 0
+        // Nothing written yet: the first writeAhead's worth is given back at once, the rest held.
+        for _ in 0..<chunks {
+            let out = t.received(.resourceData(resourceID: 1, data: [UInt8](repeating: 7, count: Self.chunk)), from: InboxTests.peer, now: .now)
+            given += out.consumed.reduce(0) { $0 + $1.bytes }
+            writes += out.writes.count
+        }
+        #expect(writes == chunks, "every chunk goes to the writer")
+        #expect(given == ConnectionTransfers.writeAhead, "held beyond writeAhead: \(given)")
+        // Writes done one by one: while more than writeAhead waits, nothing goes back; the
+        // write that brings the writer within it gives back all that was held, at once.
+        for n in 1...3 {
+            #expect(t.written(1, bytes: Self.chunk, error: nil).consumed.isEmpty, "still behind after \(n) writes")
+        }
+        #expect(t.written(1, bytes: Self.chunk, error: nil).consumed.map(\.bytes) == [3 * Self.chunk])
+        #expect(t.written(1, bytes: Self.chunk, error: nil).consumed.isEmpty, "nothing more was held")
+    }
+
+    @Test func whatIsHeldGoesBackWhenTheResourceEnds() throws {
+        let dir = try InboxTests.Directory()
+        let chunks = ConnectionTransfers.writeAhead / Self.chunk + 2
+        var t = try Self.accepted(chunks * Self.chunk, dir)
+        for _ in 0..<chunks {
+            _ = t.received(.resourceData(resourceID: 1, data: [UInt8](repeating: 7, count: Self.chunk)), from: InboxTests.peer, now: .now)
+        }
+        let out = t.cancel(1, reason: .cancelled, detail: "test")
+        #expect(out.released == 2 * Self.chunk, "the held window back to the connection")
+        #expect(t.written(1, bytes: Self.chunk, error: nil).consumed.isEmpty, "a late write of an ended resource gives nothing twice")
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part"], "the part is gone")
+    }
+
+    /// A failed write cancels the resource with the write's reason, once.
+    @Test func aFailedWriteCancels() throws {
+        let dir = try InboxTests.Directory()
+        var t = try Self.accepted(Self.chunk, dir)
+        _ = t.received(.resourceData(resourceID: 1, data: [UInt8](repeating: 7, count: Self.chunk)), from: InboxTests.peer, now: .now)
+        let out = t.written(1, bytes: Self.chunk, error: .io("writing", SystemError(call: "write", code: ENOSPC)))
+        #expect(out.frames.contains { if case .resourceCancel(1, .noSpace) = $0 { true } else { false } }, "\(out.frames)")
+        #expect(t.written(1, bytes: 0, error: .invalid("again")).frames.isEmpty, "ended: no second cancel")
+    }
+}
