@@ -319,9 +319,9 @@ public final class PeerConnection: Sendable {
             }
             perform(s.machine.handle(.tlsEstablished(certificateID: certificateID, pairingCode: code), now: .now), &s, &events)
         }
-        let plain = tls.readPlaintext()
-        if !plain.isEmpty {
-            s.decoder.append(plain)
+        let pieces = tls.readPlaintextPieces()
+        if !pieces.isEmpty {
+            for piece in pieces { s.decoder.append(piece) }
             drainFrames(&s, &events)
         }
     }

@@ -58,16 +58,26 @@ public final class RegularFile: @unchecked Sendable {
 
     /// Up to `count` bytes from `offset`; fewer only at the end of the file.
     public func read(at offset: UInt64, count: Int) throws -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
-        var got = 0
-        while got < count {
-            let n = try syscall("pread", context: path) {
-                out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
+        guard count > 0 else { return [] }
+        // Read straight into uninitialised storage: filling it with zeros first would be one
+        // more pass over every byte a transfer sends.
+        var failure: Error?
+        let out = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var got = 0
+            do {
+                while got < count {
+                    let n = try syscall("pread", context: path) {
+                        pread(fd, buffer.baseAddress! + got, count - got, off_t(offset) + off_t(got))
+                    }
+                    if n == 0 { break }
+                    got += n
+                }
+            } catch {
+                failure = error
             }
-            if n == 0 { break }
-            got += n
+            initialized = got
         }
-        out.removeLast(count - got)
+        if let failure { throw failure }
         return out
     }
 

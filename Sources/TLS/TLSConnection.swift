@@ -67,9 +67,13 @@ public final class TLSConnection: @unchecked Sendable {
     private let networkOut: OpenSSLObject
     /// The verify callback's state; the `SSL`'s ex_data holds the +1 reference taken in `init`.
     private let verify: Unmanaged<VerifyBox>
-    private var plaintext: [UInt8] = []
+    /// Decrypted and not yet taken: a piece per record, each decrypted straight into its own
+    /// array (one copy of every byte fewer than gathering them in one buffer).
+    private var plaintext: [[UInt8]] = []
+    private var plaintextCount = 0
     private var pendingWrites: [UInt8] = []
-    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    /// The most a record carries (TLS 1.3: 2^14 bytes of plaintext).
+    private static let recordPlaintext = 16 * 1024
     /// Set while a call runs: catches use from two threads at once.
     private let busy = Atomic<Bool>(false)
 
@@ -149,16 +153,24 @@ public final class TLSConnection: @unchecked Sendable {
 
     /// The plaintext decrypted so far and not yet taken (empty if none).
     public func readPlaintext() -> [UInt8] {
+        let pieces = readPlaintextPieces()
+        return pieces.count == 1 ? pieces[0] : Array(pieces.joined())
+    }
+
+    /// The same as `readPlaintext`, in the pieces it was decrypted in (a record each), so a
+    /// caller that appends them to a buffer of its own copies each byte once.
+    public func readPlaintextPieces() -> [[UInt8]] {
         enter()
         defer { leave() }
         let out = plaintext
         plaintext = []
+        plaintextCount = 0
         return out
     }
 
     /// How many decrypted bytes wait for `readPlaintext()`: a caller that cannot keep up stops
     /// feeding (and reading its socket) while this is high; nothing here limits it.
-    public var bufferedPlaintextCount: Int { plaintext.count }
+    public var bufferedPlaintextCount: Int { plaintextCount }
 
     /// The ciphertext waiting to be sent to the peer (empty if none).
     public func takeOutgoing() -> [UInt8] {
@@ -256,12 +268,19 @@ public final class TLSConnection: @unchecked Sendable {
     /// Decrypts every complete record buffered into `plaintext`; notes the peer's close_notify.
     private func decrypt() throws(TLSError) {
         while !peerClosed {
-            var count = 0
-            let result = readBuffer.withUnsafeMutableBytes { buffer in
-                SSL_read_ex(ssl.pointer, buffer.baseAddress, buffer.count, &count)
+            var result: Int32 = 0
+            let piece = [UInt8](unsafeUninitializedCapacity: Self.recordPlaintext) { buffer, initialized in
+                var count = 0
+                result = SSL_read_ex(ssl.pointer, buffer.baseAddress, buffer.count, &count)
+                initialized = result == 1 ? count : 0
             }
             if result == 1 {
-                plaintext += readBuffer[0..<count]
+                if !piece.isEmpty {
+                    // A small record's piece is copied to its size: a peer sending tiny
+                    // records must not make each hold a whole record's worth of memory.
+                    plaintext.append(piece.count < Self.recordPlaintext / 8 ? Self.rightSized(piece) : piece)
+                    plaintextCount += piece.count
+                }
                 continue
             }
             let code = SSL_get_error(ssl.pointer, result)
@@ -273,6 +292,13 @@ public final class TLSConnection: @unchecked Sendable {
             default:
                 throw fail(classify(code, duringHandshake: false))
             }
+        }
+    }
+
+    /// A copy of `bytes` in storage of its own size (`Array(bytes)` may keep the capacity).
+    private static func rightSized(_ bytes: [UInt8]) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, initialized in
+            initialized = buffer.initialize(from: bytes).1
         }
     }
 
