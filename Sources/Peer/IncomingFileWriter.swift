@@ -14,22 +14,13 @@ import Session
 /// waits for the writes before it to be done, so it sees the whole file: these are rare, and
 /// their order matters more.
 final class IncomingFileWriter: @unchecked Sendable {
-    /// What was offered.
-    let offer: ResourceOffer
-    /// Where the sender starts (what an earlier transfer left for sure).
-    let offset: UInt64
-
     private let file: IncomingFile
     private let queue = DispatchQueue(label: "peerlink.inbox-writer")
     /// Set on the queue by the first failed write: later ones are skipped (the connection
     /// cancels the resource when it hears of the first).
     private var failed = false
 
-    init(_ file: IncomingFile) {
-        self.file = file
-        offer = file.offer
-        offset = file.offset
-    }
+    init(_ file: IncomingFile) { self.file = file }
 
     /// Appends `bytes` after those given before. `done` runs on the writer's queue once they
     /// are written: with the error when the write failed, nil otherwise (and for a write
