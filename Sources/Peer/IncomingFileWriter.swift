@@ -1,6 +1,5 @@
 // Linux Dispatch has no Sendable annotations; its queues are thread-safe.
 @preconcurrency import Dispatch
-import Session
 
 /// An `IncomingFile` written on a queue of its own, so the disk never holds up the
 /// connection: the connection decrypts and decodes while the previous chunks are hashed,
