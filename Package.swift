@@ -19,8 +19,9 @@ let package = Package(
                        providers: [.apt(["libavahi-client-dev"])]),
         // Linux's epoll, which Swift's Glibc module does not export (imported by SystemKit only).
         .systemLibrary(name: "CEpoll"),
-        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
-                       providers: [.apt(["libssl-dev"])]),
+        // OpenSSL 3's headers (Debian's libssl-dev); not linked: the TLS module loads libssl.so.3
+        // at first use (Sources/COpenSSL/shim.h says why), so no pkg-config link flags here.
+        .systemLibrary(name: "COpenSSL"),
 
         // Pure modules (Foundation only).
         .target(name: "BLE", dependencies: ["Control"]),

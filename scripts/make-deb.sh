@@ -5,12 +5,13 @@
 #   scripts/make-deb.sh [--no-lintian]
 #   scripts/make-deb.sh --build-only    (build the binary, print its directory; make bench)
 #
-# One binary, built in release mode with the Swift standard library and FoundationEssentials
-# linked statically (--static-swift-stdlib: no Swift toolchain on the board), with full
-# RELRO, and stripped: peerlinkd, which is the CLI when started as peerlink (a link to it),
-# so the runtime is on the board once. The package depends only on Debian packages: the shared libraries
-# the binaries link (found by dpkg-shlibdeps), adduser and dbus; it recommends bluez and
-# avahi-daemon. It installs:
+# One binary, built in release mode with the Swift standard library, FoundationEssentials
+# and libstdc++ linked statically (--static-swift-stdlib: no Swift toolchain on the board),
+# with full RELRO, and stripped: peerlinkd, which is the CLI when started as peerlink (a link
+# to it), so the runtime is on the board once. The package depends only on Debian packages:
+# the shared libraries the binary links (found by dpkg-shlibdeps), the libssl3 package (OpenSSL
+# is loaded with dlopen at first use, which dpkg-shlibdeps cannot see), adduser and dbus; it
+# recommends bluez and avahi-daemon. It installs:
 #   /usr/bin/peerlinkd, /usr/bin/peerlink -> peerlinkd
 #   /lib/systemd/system/peerlinkd.service   (not enabled: `systemctl enable --now peerlinkd`)
 #   /lib/udev/rules.d/70-peerlink.rules
@@ -36,18 +37,34 @@ for arg in "$@"; do
         *) echo "make-deb: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-for tool in dpkg-deb dpkg-shlibdeps gzip strip; do
+for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture gcc gzip readelf strip; do
     command -v "$tool" >/dev/null || { echo "make-deb: missing $tool: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
 done
 [ $lintian = 0 ] || command -v lintian >/dev/null || { echo "make-deb: missing lintian: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
 
 # ---- build ------------------------------------------------------------------------
 SCRATCH=$REPO/.build/static
+# libstdc++ linked statically too: the Swift runtime needs it, and loading the shared one
+# (relocating its symbols) was about a fifth of every CLI start. The static runtime's link
+# line asks for -lstdc++; a directory holding only GCC's libstdc++.a, searched first, makes
+# the linker take the archive (the check below fails the build if it did not).
+STATIC_CXX=$SCRATCH/static-libstdc++
+LIBSTDCXX_A=$(gcc -print-file-name=libstdc++.a)
+[ -f "$LIBSTDCXX_A" ] || { echo "make-deb: no libstdc++.a (gcc -print-file-name gave '$LIBSTDCXX_A'): run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+mkdir -p "$STATIC_CXX"
+ln -sfn "$LIBSTDCXX_A" "$STATIC_CXX/libstdc++.a"
 BUILD=("$SWIFT" build -c release --static-swift-stdlib --scratch-path "$SCRATCH"
-       -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
+       -Xswiftc -L"$STATIC_CXX" -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
 echo "make-deb: ${BUILD[*]}" >&2
 "${BUILD[@]}" --product peerlinkd >&2
 BIN=$("${BUILD[@]}" --show-bin-path)
+# What the binary loads at start: never libstdc++ (above) nor OpenSSL (the TLS module
+# dlopens it at first use, so the CLI never loads it: Sources/COpenSSL/shim.h).
+if needed=$(readelf -d "$BIN/peerlinkd" | grep -E 'NEEDED.*\[(libstdc\+\+|libssl|libcrypto)'); then
+    echo "make-deb: $BIN/peerlinkd must not link these at start:" >&2
+    echo "$needed" >&2
+    exit 1
+fi
 if [ $build_only = 1 ]; then echo "$BIN"; exit 0; fi
 
 VERSION=$("$BIN/peerlinkd" --version | awk '{print $2}')
@@ -96,6 +113,12 @@ mkdir -p "$STAGE/src/debian"
 printf 'Source: peerlink\n\nPackage: peerlink\nArchitecture: any\n' >"$STAGE/src/debian/control"
 SHLIBS=$(cd "$STAGE/src" && dpkg-shlibdeps -O "$ROOT/usr/bin/peerlinkd" "$ROOT/usr/bin/peerlink" | sed -n 's/^shlibs:Depends=//p')
 [ -n "$SHLIBS" ] || { echo "make-deb: dpkg-shlibdeps found no library dependencies" >&2; exit 1; }
+# OpenSSL is loaded with dlopen, which dpkg-shlibdeps cannot see: the package that holds the
+# build machine's libssl.so.3 (libssl3 on bookworm, libssl3t64 on trixie), OpenSSL 3 or later.
+SSL_LIB=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libssl.so.3
+SSL_PACKAGE=$(dpkg -S "$SSL_LIB" 2>/dev/null | head -n 1 | cut -d: -f1)
+[ -n "$SSL_PACKAGE" ] || { echo "make-deb: no installed package holds $SSL_LIB: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+SHLIBS="$SHLIBS, $SSL_PACKAGE (>= 3.0.0)"
 SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 cat >"$ROOT/DEBIAN/control" <<EOF
 Package: peerlink

@@ -32,7 +32,7 @@ enum MemoryBIO {
 
     /// A new empty memory BIO whose reads say "retry" (not EOF) while it is empty.
     static func make() throws(TLSError) -> OpenSSLObject {
-        try OpenSSLObject(peerlink_bio_new_mem(), "BIO_new(BIO_s_mem())") { BIO_free($0) }
+        try OpenSSLObject(withOpenSSL { peerlink_bio_new_mem($0) }, "BIO_new(BIO_s_mem())") { _ = openSSL.BIO_free($0) }
     }
 
     /// A read-only memory BIO over a copy of `bytes` (for parsing PEM).
@@ -48,7 +48,7 @@ enum MemoryBIO {
         while offset < bytes.count {
             let n = min(chunk, bytes.count - offset)
             let written = bytes.withUnsafeBytes { buffer in
-                BIO_write(bio, buffer.baseAddress.map { $0 + offset }, Int32(n))
+                openSSL.BIO_write(bio, buffer.baseAddress.map { $0 + offset }, Int32(n))
             }
             guard written == Int32(n) else { throw OpenSSLErrors.error(.io, "BIO_write of \(n) bytes") }
             offset += n
@@ -59,12 +59,12 @@ enum MemoryBIO {
     static func takeAll(from bio: OpaquePointer) -> [UInt8] {
         var out: [UInt8] = []
         while true {
-            let pending = Int(BIO_ctrl_pending(bio))
+            let pending = Int(openSSL.BIO_ctrl_pending(bio))
             if pending == 0 { return out }
             let n = min(chunk, pending)
             var got: Int32 = 0
             let bytes = [UInt8](unsafeUninitializedCapacity: n) { buffer, count in
-                got = BIO_read(bio, buffer.baseAddress, Int32(n))
+                got = openSSL.BIO_read(bio, buffer.baseAddress, Int32(n))
                 count = max(0, Int(got))
             }
             // A memory BIO with bytes pending always gives them; stop rather than spin if not.
@@ -80,12 +80,12 @@ enum MemoryBIO {
 enum CertificateInfo {
     /// The DER encoding of `certificate`.
     static func der(_ certificate: OpaquePointer) throws(TLSError) -> [UInt8] {
-        let length = i2d_X509(certificate, nil)
+        let length = openSSL.i2d_X509(certificate, nil)
         guard length > 0 else { throw OpenSSLErrors.error(.library, "i2d_X509 (length)") }
         var written: Int32 = 0
         let der = [UInt8](unsafeUninitializedCapacity: Int(length)) { buffer, count in
             var cursor = buffer.baseAddress
-            written = i2d_X509(certificate, &cursor)
+            written = openSSL.i2d_X509(certificate, &cursor)
             count = written == length ? Int(length) : 0
         }
         guard written == length else { throw OpenSSLErrors.error(.library, "i2d_X509") }
@@ -94,11 +94,12 @@ enum CertificateInfo {
 
     /// SHA-256 of `bytes` (32 bytes).
     static func sha256(_ bytes: [UInt8]) throws(TLSError) -> [UInt8] {
+        try OpenSSLLibrary.require()
         var size: UInt32 = 0
         var ok: Int32 = 0
         let digest = [UInt8](unsafeUninitializedCapacity: Int(EVP_MAX_MD_SIZE)) { buffer, count in
             ok = bytes.withUnsafeBytes { input in
-                EVP_Digest(input.baseAddress, input.count, buffer.baseAddress, &size, EVP_sha256(), nil)
+                openSSL.EVP_Digest(input.baseAddress, input.count, buffer.baseAddress, &size, openSSL.EVP_sha256(), nil)
             }
             count = ok == 1 ? Int(size) : 0
         }

@@ -10,21 +10,22 @@ public final class SHA256Digest: @unchecked Sendable {
 
     /// A fresh digest.
     public init() throws(TLSError) {
-        guard let ctx = EVP_MD_CTX_new() else { throw OpenSSLErrors.error(.library, "EVP_MD_CTX_new") }
-        guard EVP_DigestInit_ex(ctx, EVP_sha256(), nil) == 1 else {
-            EVP_MD_CTX_free(ctx)
+        try OpenSSLLibrary.require()
+        guard let ctx = openSSL.EVP_MD_CTX_new() else { throw OpenSSLErrors.error(.library, "EVP_MD_CTX_new") }
+        guard openSSL.EVP_DigestInit_ex(ctx, openSSL.EVP_sha256(), nil) == 1 else {
+            openSSL.EVP_MD_CTX_free(ctx)
             throw OpenSSLErrors.error(.library, "EVP_DigestInit_ex(SHA-256)")
         }
         context = ctx
     }
 
-    deinit { EVP_MD_CTX_free(context) }
+    deinit { openSSL.EVP_MD_CTX_free(context) }
 
     /// Adds `bytes`.
     public func update(_ bytes: some Collection<UInt8>) throws(TLSError) {
         guard let context else { throw TLSError(.invalidState, "SHA-256 digest already finished") }
-        let ok = bytes.withContiguousStorageIfAvailable { b in EVP_DigestUpdate(context, b.baseAddress, b.count) }
-            ?? Array(bytes).withUnsafeBytes { b in EVP_DigestUpdate(context, b.baseAddress, b.count) }
+        let ok = bytes.withContiguousStorageIfAvailable { b in openSSL.EVP_DigestUpdate(context, b.baseAddress, b.count) }
+            ?? Array(bytes).withUnsafeBytes { b in openSSL.EVP_DigestUpdate(context, b.baseAddress, b.count) }
         guard ok == 1 else { throw OpenSSLErrors.error(.library, "EVP_DigestUpdate") }
         count += UInt64(bytes.count)
     }
@@ -33,13 +34,13 @@ public final class SHA256Digest: @unchecked Sendable {
     public func finish() throws(TLSError) -> [UInt8] {
         guard let ctx = context else { throw TLSError(.invalidState, "SHA-256 digest already finished") }
         defer {
-            EVP_MD_CTX_free(ctx)
+            openSSL.EVP_MD_CTX_free(ctx)
             context = nil
         }
         var size: UInt32 = 0
         var ok: Int32 = 0
         let digest = [UInt8](unsafeUninitializedCapacity: Int(EVP_MAX_MD_SIZE)) { buffer, n in
-            ok = EVP_DigestFinal_ex(ctx, buffer.baseAddress, &size)
+            ok = openSSL.EVP_DigestFinal_ex(ctx, buffer.baseAddress, &size)
             n = ok == 1 ? Int(size) : 0
         }
         guard ok == 1 else { throw OpenSSLErrors.error(.library, "EVP_DigestFinal_ex") }

@@ -82,29 +82,30 @@ public final class TLSConnection: @unchecked Sendable {
     /// certificate when `pin` does. A client's ClientHello is ready in `takeOutgoing()` at once.
     public init(role: TLSRole, identity: TLSIdentity?, pin: PinPolicy) throws(TLSError) {
         self.role = role
+        try OpenSSLLibrary.require()
         OpenSSLErrors.clear()
         context = try SSLSetup.makeContext(role: role, identity: identity)
-        ssl = try OpenSSLObject(SSL_new(context.pointer), "SSL_new") { SSL_free($0) }
+        ssl = try OpenSSLObject(openSSL.SSL_new(context.pointer), "SSL_new") { openSSL.SSL_free($0) }
         networkIn = try MemoryBIO.make()
         networkOut = try MemoryBIO.make()
         // SSL_set_bio takes over one reference to each BIO; these keep ours, so each owner
         // frees its own and the order of frees does not matter.
-        try check(BIO_up_ref(networkIn.pointer), "BIO_up_ref")
-        guard BIO_up_ref(networkOut.pointer) == 1 else {
-            BIO_free(networkIn.pointer)  // the reference the SSL was to take
+        try check(openSSL.BIO_up_ref(networkIn.pointer), "BIO_up_ref")
+        guard openSSL.BIO_up_ref(networkOut.pointer) == 1 else {
+            _ = openSSL.BIO_free(networkIn.pointer)  // the reference the SSL was to take
             throw OpenSSLErrors.error(.library, "BIO_up_ref")
         }
-        SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
+        openSSL.SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
         let box = Unmanaged.passRetained(VerifyBox(pin: pin))
         verify = box
         // Every stored property is set from here on, so a throw runs `deinit`, which gives
         // the box's reference back: no release here.
-        guard SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, box.toOpaque()) == 1 else {
+        guard openSSL.SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, box.toOpaque()) == 1 else {
             throw OpenSSLErrors.error(.library, "SSL_set_ex_data")
         }
         switch role {
-        case .client: SSL_set_connect_state(ssl.pointer)
-        case .server: SSL_set_accept_state(ssl.pointer)
+        case .client: openSSL.SSL_set_connect_state(ssl.pointer)
+        case .server: openSSL.SSL_set_accept_state(ssl.pointer)
         }
         if role == .client { try advance() }
     }
@@ -112,7 +113,7 @@ public final class TLSConnection: @unchecked Sendable {
     deinit {
         // The SSL may outlive this body by a moment (stored properties are freed after it):
         // empty the slot first so nothing can reach the box once it is released.
-        SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, nil)
+        _ = openSSL.SSL_set_ex_data(ssl.pointer, SSLSetup.exDataIndex, nil)
         verify.release()
     }
 
@@ -207,7 +208,7 @@ public final class TLSConnection: @unchecked Sendable {
         var ok: Int32 = 0
         let material = [UInt8](unsafeUninitializedCapacity: length) { output, count in
             ok = context.withUnsafeBufferPointer { contextBytes in
-                SSL_export_keying_material(ssl.pointer, output.baseAddress, length, label, labelLength,
+                openSSL.SSL_export_keying_material(ssl.pointer, output.baseAddress, length, label, labelLength,
                                            contextBytes.baseAddress, contextBytes.count, 1)
             }
             count = ok == 1 ? length : 0
@@ -221,9 +222,9 @@ public final class TLSConnection: @unchecked Sendable {
     /// Runs the handshake as far as the buffered input allows, then decrypts records.
     private func advance() throws(TLSError) {
         if handshakeState == .inProgress {
-            let result = SSL_do_handshake(ssl.pointer)
+            let result = openSSL.SSL_do_handshake(ssl.pointer)
             if result != 1 {
-                let code = SSL_get_error(ssl.pointer, result)
+                let code = openSSL.SSL_get_error(ssl.pointer, result)
                 if code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE { return }
                 throw fail(classify(code, duringHandshake: true))
             }
@@ -234,12 +235,12 @@ public final class TLSConnection: @unchecked Sendable {
 
     /// Records what the handshake established, then sends what waited for it.
     private func finishHandshake() throws(TLSError) {
-        guard SSL_version(ssl.pointer) == TLS1_3_VERSION else {
+        guard openSSL.SSL_version(ssl.pointer) == TLS1_3_VERSION else {
             throw fail(TLSError(.protocolVersion, "the handshake did not negotiate TLS 1.3"))
         }
         // The server's flags and the verify callback already insist on a certificate; this
         // makes the rule hold here too, whatever OpenSSL did.
-        guard let certificate = SSL_get0_peer_certificate(ssl.pointer) else {
+        guard let certificate = openSSL.SSL_get0_peer_certificate(ssl.pointer) else {
             throw fail(TLSError(.peerCertificateMissing, "the peer presented no certificate"))
         }
         let der: [UInt8], fingerprint: [UInt8]
@@ -254,8 +255,8 @@ public final class TLSConnection: @unchecked Sendable {
         }
         peerCertificateDER = der
         peerFingerprint = fingerprint
-        negotiatedVersion = SSL_get_version(ssl.pointer).map { String(cString: $0) }
-        cipher = SSL_get_current_cipher(ssl.pointer).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) }
+        negotiatedVersion = openSSL.SSL_get_version(ssl.pointer).map { String(cString: $0) }
+        cipher = openSSL.SSL_get_current_cipher(ssl.pointer).flatMap { openSSL.SSL_CIPHER_get_name($0) }.map { String(cString: $0) }
         handshakeState = .done
         if !pendingWrites.isEmpty {
             let waiting = pendingWrites
@@ -271,7 +272,7 @@ public final class TLSConnection: @unchecked Sendable {
             var result: Int32 = 0
             let piece = [UInt8](unsafeUninitializedCapacity: Self.recordPlaintext) { buffer, initialized in
                 var count = 0
-                result = SSL_read_ex(ssl.pointer, buffer.baseAddress, buffer.count, &count)
+                result = openSSL.SSL_read_ex(ssl.pointer, buffer.baseAddress, buffer.count, &count)
                 initialized = result == 1 ? count : 0
             }
             if result == 1 {
@@ -283,7 +284,7 @@ public final class TLSConnection: @unchecked Sendable {
                 }
                 continue
             }
-            let code = SSL_get_error(ssl.pointer, result)
+            let code = openSSL.SSL_get_error(ssl.pointer, result)
             switch code {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
                 return
@@ -306,10 +307,10 @@ public final class TLSConnection: @unchecked Sendable {
     private func encrypt(_ bytes: [UInt8]) throws(TLSError) {
         var written = 0
         let result = bytes.withUnsafeBytes { buffer in
-            SSL_write_ex(ssl.pointer, buffer.baseAddress, buffer.count, &written)
+            openSSL.SSL_write_ex(ssl.pointer, buffer.baseAddress, buffer.count, &written)
         }
         if result != 1 {
-            let error = classify(SSL_get_error(ssl.pointer, result), duringHandshake: false)
+            let error = classify(openSSL.SSL_get_error(ssl.pointer, result), duringHandshake: false)
             // Writing after the peer's close is refused, not fatal: reads may still be pending.
             if error.kind == .closed { throw error }
             throw fail(error)
@@ -320,7 +321,7 @@ public final class TLSConnection: @unchecked Sendable {
     /// (the connection is being given up), so the error queue is just emptied.
     private func shutdown() {
         OpenSSLErrors.clear()
-        if SSL_shutdown(ssl.pointer) < 0 { _ = OpenSSLErrors.drain() }
+        if openSSL.SSL_shutdown(ssl.pointer) < 0 { _ = OpenSSLErrors.drain() }
     }
 
     /// Records `error` as the connection's final state and returns it for throwing.

@@ -29,7 +29,7 @@ final class VerifyBox {
 enum SSLSetup {
     /// The ex_data slot holding a connection's `VerifyBox` (-1 if OpenSSL had none to give).
     /// Allocated once per process (a Swift global is initialised once, thread-safely).
-    static let exDataIndex: Int32 = peerlink_ssl_ex_new_index()
+    static let exDataIndex: Int32 = withOpenSSL { peerlink_ssl_ex_new_index($0) }
 
     /// A context for `role`: TLS 1.3 only, the identity's certificate and key (a server must
     /// have one; a client without one sends an empty certificate and is refused), no session
@@ -37,16 +37,16 @@ enum SSLSetup {
     /// certificate required and checked by `verifyCertificate` alone.
     static func makeContext(role: TLSRole, identity: TLSIdentity?) throws(TLSError) -> OpenSSLObject {
         guard exDataIndex >= 0 else { throw OpenSSLErrors.error(.library, "SSL_get_ex_new_index") }
-        let context = try OpenSSLObject(SSL_CTX_new(TLS_method()), "SSL_CTX_new") { SSL_CTX_free($0) }
+        let context = try OpenSSLObject(openSSL.SSL_CTX_new(openSSL.TLS_method()), "SSL_CTX_new") { openSSL.SSL_CTX_free($0) }
         let ctx = context.pointer
-        try check(peerlink_ctx_set_tls13_only(ctx), "setting TLS 1.3 as the only version")
-        peerlink_ctx_disable_session_cache(ctx)
-        try check(SSL_CTX_set_num_tickets(ctx, 0), "SSL_CTX_set_num_tickets")
+        try check(withOpenSSL { peerlink_ctx_set_tls13_only($0, ctx) }, "setting TLS 1.3 as the only version")
+        withOpenSSL { peerlink_ctx_disable_session_cache($0, ctx) }
+        try check(openSSL.SSL_CTX_set_num_tickets(ctx, 0), "SSL_CTX_set_num_tickets")
         if let identity {
             // Each takes its own reference: the identity's objects stay shared and unmodified.
-            try check(SSL_CTX_use_certificate(ctx, identity.certificate.pointer), "SSL_CTX_use_certificate")
-            try check(SSL_CTX_use_PrivateKey(ctx, identity.key.pointer), "SSL_CTX_use_PrivateKey")
-            try check(SSL_CTX_check_private_key(ctx), "SSL_CTX_check_private_key")
+            try check(openSSL.SSL_CTX_use_certificate(ctx, identity.certificate.pointer), "SSL_CTX_use_certificate")
+            try check(openSSL.SSL_CTX_use_PrivateKey(ctx, identity.key.pointer), "SSL_CTX_use_PrivateKey")
+            try check(openSSL.SSL_CTX_check_private_key(ctx), "SSL_CTX_check_private_key")
         } else if role == .server {
             throw TLSError(.invalidState, "a TLS server needs an identity: clients require its certificate")
         }
@@ -55,8 +55,8 @@ enum SSLSetup {
         // the chain check is replaced by `verifyCertificate`, which accepts a self-signed
         // certificate and then asks the pin policy.
         let mode = role == .server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER
-        SSL_CTX_set_verify(ctx, mode, nil)
-        SSL_CTX_set_cert_verify_callback(ctx, verifyCertificate, nil)
+        openSSL.SSL_CTX_set_verify(ctx, mode, nil)
+        openSSL.SSL_CTX_set_cert_verify_callback(ctx, verifyCertificate, nil)
         return context
     }
 
@@ -73,19 +73,19 @@ enum SSLSetup {
     /// (`X509_V_ERR_APPLICATION_VERIFICATION`).
     private static let verifyCertificate: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int32 = { store, _ in
         guard let store else { return 0 }
-        guard let sslPointer = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
-              let boxPointer = SSL_get_ex_data(OpaquePointer(sslPointer), SSLSetup.exDataIndex) else {
+        guard let sslPointer = openSSL.X509_STORE_CTX_get_ex_data(store, openSSL.SSL_get_ex_data_X509_STORE_CTX_idx()),
+              let boxPointer = openSSL.SSL_get_ex_data(OpaquePointer(sslPointer), SSLSetup.exDataIndex) else {
             // Not one of our connections' handshakes: refuse rather than guess.
-            X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
+            openSSL.X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
             return 0
         }
         let box = Unmanaged<VerifyBox>.fromOpaque(boxPointer).takeUnretainedValue()
         func refuse(_ error: TLSError) -> Int32 {
             box.rejection = error
-            X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
+            openSSL.X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION)
             return 0
         }
-        guard let certificate = X509_STORE_CTX_get0_cert(store) else {
+        guard let certificate = openSSL.X509_STORE_CTX_get0_cert(store) else {
             return refuse(TLSError(.peerCertificateMissing, "the peer presented no certificate"))
         }
         let fingerprint: [UInt8]
@@ -97,7 +97,7 @@ enum SSLSetup {
         box.presentedFingerprint = fingerprint
         switch box.pin.check(fingerprint) {
         case .accept:
-            X509_STORE_CTX_set_error(store, X509_V_OK)
+            openSSL.X509_STORE_CTX_set_error(store, X509_V_OK)
             return 1
         case .reject(let reason):
             return refuse(TLSError(.pinRejected(reason: reason), "certificate pin rejected: \(reason)"))

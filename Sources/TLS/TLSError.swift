@@ -62,16 +62,16 @@ enum OpenSSLErrors {
     }
 
     /// Empties the queue (left-overs from an earlier call on this thread are not ours).
-    static func clear() { ERR_clear_error() }
+    static func clear() { openSSL.ERR_clear_error() }
 
     /// Takes every entry off the queue, oldest first, leaving it empty.
     static func drain() -> [Entry] {
         var entries: [Entry] = []
         while true {
-            let code = ERR_get_error()
+            let code = openSSL.ERR_get_error()
             if code == 0 { break }
             var buffer = [CChar](repeating: 0, count: 256)
-            ERR_error_string_n(code, &buffer, buffer.count)
+            openSSL.ERR_error_string_n(code, &buffer, buffer.count)
             let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             entries.append(Entry(code: code, text: text))
         }

@@ -70,6 +70,7 @@ public final class TLSIdentity: @unchecked Sendable {
     /// One process at a time per directory (each daemon has its own state directory): two
     /// processes making an identity at the same moment could each write a different one.
     public static func loadOrCreate(directory: String) throws(TLSError) -> TLSIdentity {
+        try OpenSSLLibrary.require()
         try IdentityFiles.makeDirectory(directory)
         let keyPath = IdentityFiles.join(directory, keyFileName)
         let certificatePath = IdentityFiles.join(directory, certificateFileName)
@@ -89,7 +90,7 @@ public final class TLSIdentity: @unchecked Sendable {
         let key = try parseKey(keyPEM, path: keyPath)
         let certificate = try parseCertificate(certificatePEM, path: certificatePath)
         OpenSSLErrors.clear()
-        guard X509_check_private_key(certificate.pointer, key.pointer) == 1 else {
+        guard openSSL.X509_check_private_key(certificate.pointer, key.pointer) == 1 else {
             throw TLSError(.identityFile(path: certificatePath),
                            OpenSSLErrors.message("\(certificatePath): not the certificate of the key in \(keyPath)"))
         }
@@ -115,29 +116,30 @@ public final class TLSIdentity: @unchecked Sendable {
     /// `validitySeconds`, signed with ECDSA-SHA256.
     private static func generate(directory: String?, validFrom start: Int = 0,
                                  for duration: Int = validitySeconds) throws(TLSError) -> TLSIdentity {
+        try OpenSSLLibrary.require()
         OpenSSLErrors.clear()
-        let key = try OpenSSLObject(peerlink_generate_p256_key(), "generating a P-256 key") { EVP_PKEY_free($0) }
-        let certificate = try OpenSSLObject(X509_new(), "X509_new") { X509_free($0) }
+        let key = try OpenSSLObject(withOpenSSL { peerlink_generate_p256_key($0) }, "generating a P-256 key") { openSSL.EVP_PKEY_free($0) }
+        let certificate = try OpenSSLObject(openSSL.X509_new(), "X509_new") { openSSL.X509_free($0) }
         let x509 = certificate.pointer
-        try check(X509_set_version(x509, 2), "X509_set_version")  // 2 means v3
+        try check(openSSL.X509_set_version(x509, 2), "X509_set_version")  // 2 means v3
 
         var serial = [UInt8](repeating: 0, count: 16)
-        try check(RAND_bytes(&serial, Int32(serial.count)), "RAND_bytes")
+        try check(openSSL.RAND_bytes(&serial, Int32(serial.count)), "RAND_bytes")
         serial[0] = (serial[0] & 0x7f) | 0x40  // positive, and always 16 bytes long
-        let number = try OpenSSLObject(BN_bin2bn(serial, Int32(serial.count), nil), "BN_bin2bn") { BN_free($0) }
-        _ = try check(BN_to_ASN1_INTEGER(number.pointer, X509_get_serialNumber(x509)), "BN_to_ASN1_INTEGER")
+        let number = try OpenSSLObject(openSSL.BN_bin2bn(serial, Int32(serial.count), nil), "BN_bin2bn") { openSSL.BN_free($0) }
+        _ = try check(openSSL.BN_to_ASN1_INTEGER(number.pointer, openSSL.X509_get_serialNumber(x509)), "BN_to_ASN1_INTEGER")
 
-        _ = try check(X509_gmtime_adj(X509_getm_notBefore(x509), start), "X509_gmtime_adj(notBefore)")
-        _ = try check(X509_gmtime_adj(X509_getm_notAfter(x509), start + duration), "X509_gmtime_adj(notAfter)")
+        _ = try check(openSSL.X509_gmtime_adj(openSSL.X509_getm_notBefore(x509), start), "X509_gmtime_adj(notBefore)")
+        _ = try check(openSSL.X509_gmtime_adj(openSSL.X509_getm_notAfter(x509), start + duration), "X509_gmtime_adj(notAfter)")
 
-        let name = try check(X509_get_subject_name(x509), "X509_get_subject_name")
+        let name = try check(openSSL.X509_get_subject_name(x509), "X509_get_subject_name")
         let cn = Array(commonName.utf8)
-        try check(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, cn, Int32(cn.count), -1, 0),
+        try check(openSSL.X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, cn, Int32(cn.count), -1, 0),
                   "X509_NAME_add_entry_by_txt(CN)")
-        try check(X509_set_issuer_name(x509, name), "X509_set_issuer_name")
-        try check(X509_set_pubkey(x509, key.pointer), "X509_set_pubkey")
+        try check(openSSL.X509_set_issuer_name(x509, name), "X509_set_issuer_name")
+        try check(openSSL.X509_set_pubkey(x509, key.pointer), "X509_set_pubkey")
         // X509_sign returns the signature's length, 0 on failure.
-        guard X509_sign(x509, key.pointer, EVP_sha256()) > 0 else {
+        guard openSSL.X509_sign(x509, key.pointer, openSSL.EVP_sha256()) > 0 else {
             throw OpenSSLErrors.error(.library, "X509_sign")
         }
         return try TLSIdentity(key: key, certificate: certificate, directory: directory)
@@ -148,14 +150,14 @@ public final class TLSIdentity: @unchecked Sendable {
     /// The private key as unencrypted PKCS#8 PEM ("BEGIN PRIVATE KEY").
     static func pem(key: OpaquePointer) throws(TLSError) -> [UInt8] {
         let bio = try MemoryBIO.make()
-        try check(PEM_write_bio_PrivateKey(bio.pointer, key, nil, nil, 0, nil, nil), "PEM_write_bio_PrivateKey")
+        try check(openSSL.PEM_write_bio_PrivateKey(bio.pointer, key, nil, nil, 0, nil, nil), "PEM_write_bio_PrivateKey")
         return MemoryBIO.takeAll(from: bio.pointer)
     }
 
     /// The certificate as PEM ("BEGIN CERTIFICATE").
     static func pem(certificate: OpaquePointer) throws(TLSError) -> [UInt8] {
         let bio = try MemoryBIO.make()
-        try check(PEM_write_bio_X509(bio.pointer, certificate), "PEM_write_bio_X509")
+        try check(openSSL.PEM_write_bio_X509(bio.pointer, certificate), "PEM_write_bio_X509")
         return MemoryBIO.takeAll(from: bio.pointer)
     }
 
@@ -168,9 +170,9 @@ public final class TLSIdentity: @unchecked Sendable {
     static func parseKey(_ pem: [UInt8], path: String) throws(TLSError) -> OpenSSLObject {
         OpenSSLErrors.clear()
         let bio = try MemoryBIO.reading(pem)
-        let key = try OpenSSLObject(PEM_read_bio_PrivateKey(bio.pointer, nil, noPassword, nil),
-                                    "\(path): reading a PEM private key", kind: .identityFile(path: path)) { EVP_PKEY_free($0) }
-        guard EVP_PKEY_is_a(key.pointer, "EC") == 1 else {
+        let key = try OpenSSLObject(openSSL.PEM_read_bio_PrivateKey(bio.pointer, nil, noPassword, nil),
+                                    "\(path): reading a PEM private key", kind: .identityFile(path: path)) { openSSL.EVP_PKEY_free($0) }
+        guard openSSL.EVP_PKEY_is_a(key.pointer, "EC") == 1 else {
             throw TLSError(.identityFile(path: path), "\(path): not an EC (P-256) private key")
         }
         return key
@@ -180,7 +182,7 @@ public final class TLSIdentity: @unchecked Sendable {
     static func parseCertificate(_ pem: [UInt8], path: String) throws(TLSError) -> OpenSSLObject {
         OpenSSLErrors.clear()
         let bio = try MemoryBIO.reading(pem)
-        return try OpenSSLObject(PEM_read_bio_X509(bio.pointer, nil, noPassword, nil),
-                                 "\(path): reading a PEM certificate", kind: .identityFile(path: path)) { X509_free($0) }
+        return try OpenSSLObject(openSSL.PEM_read_bio_X509(bio.pointer, nil, noPassword, nil),
+                                 "\(path): reading a PEM certificate", kind: .identityFile(path: path)) { openSSL.X509_free($0) }
     }
 }

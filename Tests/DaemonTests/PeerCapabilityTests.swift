@@ -410,20 +410,37 @@ extension PeerCapabilityTests {
             }
             return m
         } }
+        // A failure names the step and the message, with both daemons' last words: a socket
+        // the daemon closed (EPIPE) says the daemon ended the stream, and its log says why.
+        @Sendable func failed(_ step: String, _ index: Int, _ error: any Error) -> TestSupportError {
+            TestSupportError("\(step), message \(index): \(error)\n--- a's log:\n\(a.log.suffix(3000))\n--- b's log:\n\(b.log.suffix(3000))")
+        }
         async let echo = onThread { () -> Int in
             var n = 0
-            while n < messages.count, let m = try Self.readPacket(aFD, max: limit) {
-                try SocketIO.sendPacket(aFD, m)
+            while n < messages.count {
+                let m: [UInt8]?
+                do { m = try Self.readPacket(aFD, max: limit) } catch { throw failed("a's client reading", n, error) }
+                guard let m else { break }
+                do { try SocketIO.sendPacket(aFD, m) } catch { throw failed("a's client echoing", n, error) }
                 n += 1
             }
             return n
         }
         async let back = onThread { () -> [UInt64] in
             var got: [UInt64] = []
-            while got.count < messages.count, let m = try Self.readPacket(bFD, max: limit) { got.append(Self.digest(m)) }
+            while got.count < messages.count {
+                let m: [UInt8]?
+                do { m = try Self.readPacket(bFD, max: limit) } catch { throw failed("b's client reading the echo", got.count, error) }
+                guard let m else { break }
+                got.append(Self.digest(m))
+            }
             return got
         }
-        try await onThread { for m in messages { try SocketIO.sendPacket(bFD, m) } }
+        try await onThread {
+            for (i, m) in messages.enumerated() {
+                do { try SocketIO.sendPacket(bFD, m) } catch { throw failed("b's client sending", i, error) }
+            }
+        }
         #expect(try await echo == messages.count)
         #expect(try await back == messages.map(Self.digest), "every message once, in order, unchanged")
         let sessions = try b.call("peer.sessions")["sessions"]?.arrayValue ?? []
