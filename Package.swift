@@ -13,10 +13,14 @@ let package = Package(
     ],
     targets: [
         // C bindings: only their one adapter module imports them.
+        // libdbus-1's headers, whose paths pkg-config gives (it also gives -ldbus-1 to builds
+        // here; the package's build gets a dbus-1.pc without it: scripts/make-deb.sh). The
+        // DBus module loads libdbus-1.so.3 at first use (Sources/CDBus/shim.h).
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1",
                        providers: [.apt(["libdbus-1-dev"])]),
-        .systemLibrary(name: "CAvahi", pkgConfig: "avahi-client",
-                       providers: [.apt(["libavahi-client-dev"])]),
+        // Avahi's headers (Debian's libavahi-client-dev, in the default include path); not
+        // linked: the DNSSD module loads libavahi-client.so.3 at first use (Sources/CAvahi/shim.h).
+        .systemLibrary(name: "CAvahi"),
         // Linux's epoll, which Swift's Glibc module does not export (imported by SystemKit only).
         .systemLibrary(name: "CEpoll"),
         // OpenSSL 3's headers (Debian's libssl-dev); not linked: the TLS module loads libssl.so.3

@@ -9,9 +9,9 @@
 # and libstdc++ linked statically (--static-swift-stdlib: no Swift toolchain on the board),
 # with full RELRO, and stripped: peerlinkd, which is the CLI when started as peerlink (a link
 # to it), so the runtime is on the board once. The package depends only on Debian packages:
-# the shared libraries the binary links (found by dpkg-shlibdeps), the libssl3 package (OpenSSL
-# is loaded with dlopen at first use, which dpkg-shlibdeps cannot see), adduser and dbus; it
-# recommends bluez and avahi-daemon. It installs:
+# the shared libraries the binary links (found by dpkg-shlibdeps), the packages of OpenSSL,
+# libdbus-1 and libavahi-client (loaded with dlopen at first use, which dpkg-shlibdeps cannot
+# see), adduser and dbus; it recommends bluez and avahi-daemon. It installs:
 #   /usr/bin/peerlinkd, /usr/bin/peerlink -> peerlinkd
 #   /lib/systemd/system/peerlinkd.service   (not enabled: `systemctl enable --now peerlinkd`)
 #   /lib/udev/rules.d/70-peerlink.rules
@@ -37,7 +37,7 @@ for arg in "$@"; do
         *) echo "make-deb: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture gcc gzip readelf strip; do
+for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture gcc gzip pkg-config readelf strip; do
     command -v "$tool" >/dev/null || { echo "make-deb: missing $tool: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
 done
 [ $lintian = 0 ] || command -v lintian >/dev/null || { echo "make-deb: missing lintian: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
@@ -53,14 +53,26 @@ LIBSTDCXX_A=$(gcc -print-file-name=libstdc++.a)
 [ -f "$LIBSTDCXX_A" ] || { echo "make-deb: no libstdc++.a (gcc -print-file-name gave '$LIBSTDCXX_A'): run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
 mkdir -p "$STATIC_CXX"
 ln -sfn "$LIBSTDCXX_A" "$STATIC_CXX/libstdc++.a"
+# libdbus-1 is loaded with dlopen too (Sources/CDBus/shim.h), but its headers' paths come from
+# pkg-config, and SwiftPM then links -ldbus-1 as well: this build reads a dbus-1.pc with the
+# system's Cflags and no Libs, so a direct call to libdbus cannot link here.
+PC_DIR=$SCRATCH/pkgconfig-headers-only
+mkdir -p "$PC_DIR"
+DBUS_CFLAGS=$(pkg-config --cflags dbus-1) || { echo "make-deb: pkg-config knows no dbus-1: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+printf 'Name: dbus-1\nDescription: libdbus-1 headers only (loaded with dlopen)\nVersion: %s\nCflags: %s\nLibs:\n' \
+    "$(pkg-config --modversion dbus-1)" "$DBUS_CFLAGS" >"$PC_DIR/dbus-1.pc.new"
+# Rewritten only when it changes: a newer file would make SwiftPM rebuild everything.
+cmp -s "$PC_DIR/dbus-1.pc.new" "$PC_DIR/dbus-1.pc" && rm "$PC_DIR/dbus-1.pc.new" || mv "$PC_DIR/dbus-1.pc.new" "$PC_DIR/dbus-1.pc"
+export PKG_CONFIG_PATH=$PC_DIR${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 BUILD=("$SWIFT" build -c release --static-swift-stdlib --scratch-path "$SCRATCH"
        -Xswiftc -L"$STATIC_CXX" -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
-echo "make-deb: ${BUILD[*]}" >&2
+echo "make-deb: PKG_CONFIG_PATH=$PKG_CONFIG_PATH ${BUILD[*]}" >&2
 "${BUILD[@]}" --product peerlinkd >&2
 BIN=$("${BUILD[@]}" --show-bin-path)
-# What the binary loads at start: never libstdc++ (above) nor OpenSSL (the TLS module
-# dlopens it at first use, so the CLI never loads it: Sources/COpenSSL/shim.h).
-if needed=$(readelf -d "$BIN/peerlinkd" | grep -E 'NEEDED.*\[(libstdc\+\+|libssl|libcrypto)'); then
+# What the binary loads at start: never libstdc++ (above), nor OpenSSL, libdbus-1 or Avahi
+# (the TLS, DBus and DNSSD modules dlopen them at first use, so the CLI never loads them:
+# Sources/COpenSSL/shim.h).
+if needed=$(readelf -d "$BIN/peerlinkd" | grep -E 'NEEDED.*\[(libstdc\+\+|libssl|libcrypto|libdbus|libavahi)'); then
     echo "make-deb: $BIN/peerlinkd must not link these at start:" >&2
     echo "$needed" >&2
     exit 1
@@ -113,12 +125,17 @@ mkdir -p "$STAGE/src/debian"
 printf 'Source: peerlink\n\nPackage: peerlink\nArchitecture: any\n' >"$STAGE/src/debian/control"
 SHLIBS=$(cd "$STAGE/src" && dpkg-shlibdeps -O "$ROOT/usr/bin/peerlinkd" "$ROOT/usr/bin/peerlink" | sed -n 's/^shlibs:Depends=//p')
 [ -n "$SHLIBS" ] || { echo "make-deb: dpkg-shlibdeps found no library dependencies" >&2; exit 1; }
-# OpenSSL is loaded with dlopen, which dpkg-shlibdeps cannot see: the package that holds the
-# build machine's libssl.so.3 (libssl3 on bookworm, libssl3t64 on trixie), OpenSSL 3 or later.
-SSL_LIB=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libssl.so.3
-SSL_PACKAGE=$(dpkg -S "$SSL_LIB" 2>/dev/null | head -n 1 | cut -d: -f1)
-[ -n "$SSL_PACKAGE" ] || { echo "make-deb: no installed package holds $SSL_LIB: run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
-SHLIBS="$SHLIBS, $SSL_PACKAGE (>= 3.0.0)"
+# The libraries loaded with dlopen, which dpkg-shlibdeps cannot see: the package holding each
+# on the build machine (libssl3 on bookworm, libssl3t64 on trixie), at the version whose ABI
+# the soname promises (the functions the shims list exist since then).
+MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+for lib in libssl.so.3:3.0.0 libdbus-1.so.3:1.9.14 libavahi-client.so.3:0.6.16 libavahi-common.so.3:0.6.16; do
+    soname=${lib%%:*}
+    # dpkg knows each file under the path its package used: /usr/lib or /lib (merged /usr).
+    package=$( { dpkg -S "/usr/lib/$MULTIARCH/$soname" || dpkg -S "/lib/$MULTIARCH/$soname"; } 2>/dev/null | head -n 1 | cut -d: -f1 || true)
+    [ -n "$package" ] || { echo "make-deb: no installed package holds $soname (in /usr/lib/$MULTIARCH or /lib/$MULTIARCH): run scripts/install-deps.sh --deb (as root)" >&2; exit 1; }
+    SHLIBS="$SHLIBS, $package (>= ${lib##*:})"
+done
 SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 cat >"$ROOT/DEBIAN/control" <<EOF
 Package: peerlink

@@ -1,5 +1,13 @@
 #ifndef PEERLINK_CAVAHI_SHIM_H
 #define PEERLINK_CAVAHI_SHIM_H
+// libavahi-client for the DNSSD module, loaded at run time (dlopen), as COpenSSL's shim.h
+// explains for OpenSSL: the binary is also the `peerlink` CLI, which never uses Avahi. No
+// module links it (module.modulemap has no `link` line); the DNSSD module calls Avahi through
+// the table below, filled by peerlink_libavahi_load the first time DNS-SD is used. Each entry's
+// type is the header's own declaration (__typeof__), so a call through the table is checked
+// exactly as a direct call, and a direct call does not link.
+#include <dlfcn.h>
+#include <stdio.h>
 #include <avahi-client/client.h>
 #include <avahi-client/publish.h>
 #include <avahi-client/lookup.h>
@@ -8,4 +16,57 @@
 #include <avahi-common/strlst.h>
 #include <avahi-common/alternative.h>
 #include <avahi-common/watch.h>
+
+/// The soname loaded (Debian's libavahi-client3); libavahi-common.so.3 comes with it.
+#define PEERLINK_LIBAVAHI_SONAME "libavahi-client.so.3"
+
+/// Every Avahi function the DNSSD module calls (libavahi-client's and libavahi-common's: dlsym
+/// on the client library's handle finds both).
+#define PEERLINK_LIBAVAHI_FUNCTIONS(F) \
+    F(avahi_address_snprint) F(avahi_alternative_service_name) \
+    F(avahi_client_errno) F(avahi_client_free) \
+    F(avahi_client_get_version_string) F(avahi_client_new) \
+    F(avahi_entry_group_add_service_strlst) F(avahi_entry_group_add_service_subtype) \
+    F(avahi_entry_group_commit) F(avahi_entry_group_free) \
+    F(avahi_entry_group_get_client) F(avahi_entry_group_new) \
+    F(avahi_entry_group_reset) F(avahi_entry_group_update_service_txt_strlst) \
+    F(avahi_free) F(avahi_service_browser_free) \
+    F(avahi_service_browser_new) F(avahi_service_resolver_free) \
+    F(avahi_service_resolver_new) F(avahi_service_type_browser_free) \
+    F(avahi_service_type_browser_new) F(avahi_strerror) \
+    F(avahi_string_list_add_arbitrary) F(avahi_string_list_free) \
+    F(avahi_string_list_get_next) F(avahi_string_list_get_size) \
+    F(avahi_string_list_get_text)
+
+#define PEERLINK_LIBAVAHI_FIELD(name) __typeof__(&name) _Nonnull name;
+/// The functions, each under its own name: `libavahi.avahi_client_new(...)` in Swift.
+struct peerlink_libavahi {
+    PEERLINK_LIBAVAHI_FUNCTIONS(PEERLINK_LIBAVAHI_FIELD)
+};
+#undef PEERLINK_LIBAVAHI_FIELD
+
+/// Loads libavahi-client.so.3 and fills `api` (RTLD_NOW: every symbol resolved here). 0 on success; -1
+/// with `error` saying what failed (the loader's message, or the function the library lacks).
+/// The library stays loaded for the life of the process.
+static inline int peerlink_libavahi_load(struct peerlink_libavahi *api, char *error, size_t size) {
+    void *library = dlopen(PEERLINK_LIBAVAHI_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) {
+        const char *why = dlerror();
+        snprintf(error, size, "%s", why != NULL ? why : "cannot load " PEERLINK_LIBAVAHI_SONAME);
+        return -1;
+    }
+#define PEERLINK_LIBAVAHI_LOOKUP(name) \
+    { \
+        void *symbol = dlsym(library, #name); \
+        if (symbol == NULL) { \
+            snprintf(error, size, PEERLINK_LIBAVAHI_SONAME " has no function %s", #name); \
+            return -1; \
+        } \
+        *(void **)&api->name = symbol; \
+    }
+    PEERLINK_LIBAVAHI_FUNCTIONS(PEERLINK_LIBAVAHI_LOOKUP)
+#undef PEERLINK_LIBAVAHI_LOOKUP
+    return 0;
+}
+
 #endif

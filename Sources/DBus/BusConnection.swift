@@ -24,7 +24,7 @@ public enum BusAddress: Sendable, Hashable, CustomStringConvertible {
 /// A connection to a message bus: libdbus's watches become `DescriptorWatch`es and its
 /// timeouts Dispatch timers, on one serial queue, so nothing polls and nothing sleeps.
 ///
-/// `@unchecked Sendable`: this class is the one owner of libdbus. Every libdbus call on the
+/// `@unchecked Sendable`: this class is the one owner of  Every libdbus call on the
 /// connection is made on `queue`; all mutable Swift state lives in `state`, a `Mutex`.
 public final class BusConnection: @unchecked Sendable {
     let queue: DispatchQueue
@@ -52,34 +52,35 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     private init(connectingTo address: BusAddress, label: String) throws {
-        _ = dbus_threads_init_default()
+        try DBusLibrary.require()
+        _ = libdbus.dbus_threads_init_default()
         var err = CDBus.DBusError()
-        dbus_error_init(&err)
-        defer { dbus_error_free(&err) }
+        libdbus.dbus_error_init(&err)
+        defer { libdbus.dbus_error_free(&err) }
         let c: OpaquePointer?
         switch address {
-        case .system: c = dbus_bus_get_private(DBUS_BUS_SYSTEM, &err)
-        case .session: c = dbus_bus_get_private(DBUS_BUS_SESSION, &err)
+        case .system: c = libdbus.dbus_bus_get_private(DBUS_BUS_SYSTEM, &err)
+        case .session: c = libdbus.dbus_bus_get_private(DBUS_BUS_SESSION, &err)
         case .address(let a):
-            c = dbus_connection_open_private(a, &err)
-            if let c, dbus_bus_register(c, &err) == 0 {
-                dbus_connection_close(c)
-                dbus_connection_unref(c)
+            c = libdbus.dbus_connection_open_private(a, &err)
+            if let c, libdbus.dbus_bus_register(c, &err) == 0 {
+                libdbus.dbus_connection_close(c)
+                libdbus.dbus_connection_unref(c)
                 throw BusConnection.error(from: &err, fallback: "registering with the bus at \(a)")
             }
         }
         guard let c else { throw BusConnection.error(from: &err, fallback: "connecting to the \(address)") }
-        dbus_connection_set_exit_on_disconnect(c, 0)
+        libdbus.dbus_connection_set_exit_on_disconnect(c, 0)
         conn = c
         self.address = address
-        uniqueName = dbus_bus_get_unique_name(c).map { String(cString: $0) } ?? ""
+        uniqueName = libdbus.dbus_bus_get_unique_name(c).map { String(cString: $0) } ?? ""
         queue = DispatchQueue(label: "peerlink.\(label)")
         queue.setSpecific(key: BusConnection.queueKey, value: ObjectIdentifier(self))
         queue.sync { installHooks() }
     }
 
     static func error(from err: inout CDBus.DBusError, fallback: String) -> BusError {
-        if dbus_error_is_set(&err) != 0 {
+        if libdbus.dbus_error_is_set(&err) != 0 {
             return BusError(name: err.name.map { String(cString: $0) } ?? BusError.failed,
                             message: err.message.map { String(cString: $0) } ?? fallback)
         }
@@ -87,15 +88,15 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     deinit {
-        dbus_connection_close(conn)
-        dbus_connection_unref(conn)
+        libdbus.dbus_connection_close(conn)
+        libdbus.dbus_connection_unref(conn)
     }
 
     /// Closes the connection: pending calls fail with `Disconnected`, signal streams finish.
     public func close() {
         state.withLock { $0.closedByOwner = true }
         onQueue {
-            dbus_connection_close(self.conn)
+            libdbus.dbus_connection_close(self.conn)
             self.handleDisconnect()
         }
     }
@@ -123,13 +124,13 @@ public final class BusConnection: @unchecked Sendable {
     var socketDescriptor: Int32? {
         onQueueSync {
             var fd: Int32 = -1
-            return dbus_connection_get_unix_fd(self.conn, &fd) != 0 ? fd : nil
+            return libdbus.dbus_connection_get_unix_fd(self.conn, &fd) != 0 ? fd : nil
         }
     }
 
     /// Whether the connection can carry Unix file descriptors.
     public var canPassFileDescriptors: Bool {
-        onQueueSync { dbus_connection_can_send_type(self.conn, DBUS_TYPE_UNIX_FD) != 0 }
+        onQueueSync { libdbus.dbus_connection_can_send_type(self.conn, DBUS_TYPE_UNIX_FD) != 0 }
     }
 
     // MARK: Queue helpers
@@ -151,12 +152,12 @@ public final class BusConnection: @unchecked Sendable {
     public func send(_ message: BusMessage) throws -> UInt32 {
         let encoded = QueuePointer(try Codec.encode(message))
         let result = onQueueSync { () -> Result<UInt32, BusError> in
-            defer { dbus_message_unref(encoded.pointer) }
+            defer { libdbus.dbus_message_unref(encoded.pointer) }
             if state.withLock({ $0.disconnected }) {
                 return .failure(BusError(name: BusError.disconnected, message: "not connected to the \(address)"))
             }
             var serial: UInt32 = 0
-            guard dbus_connection_send(conn, encoded.pointer, &serial) != 0 else {
+            guard libdbus.dbus_connection_send(conn, encoded.pointer, &serial) != 0 else {
                 return .failure(BusError(name: BusError.noMemory, message: "dbus_connection_send"))
             }
             return .success(serial)
@@ -193,7 +194,7 @@ public final class BusConnection: @unchecked Sendable {
     /// name owners) goes in `complete`, which runs before any message that arrived after the reply.
     func startCall(_ encoded: QueuePointer, what: String, timeout: Duration, token: CallToken? = nil,
                    complete: @escaping (Result<BusMessage, Error>) -> Void) {
-        defer { dbus_message_unref(encoded.pointer) }
+        defer { libdbus.dbus_message_unref(encoded.pointer) }
         if token?.isCancelled == true {
             complete(.failure(CancellationError()))
             return
@@ -203,7 +204,7 @@ public final class BusConnection: @unchecked Sendable {
             return
         }
         var serial: UInt32 = 0
-        guard dbus_connection_send(conn, encoded.pointer, &serial) != 0 else {
+        guard libdbus.dbus_connection_send(conn, encoded.pointer, &serial) != 0 else {
             complete(.failure(BusError(name: BusError.noMemory, message: "dbus_connection_send")))
             return
         }

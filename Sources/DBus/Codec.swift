@@ -11,33 +11,33 @@ enum Codec {
     // MARK: Names
 
     static func validate(busName: String, _ what: String) throws(BusError) {
-        if !busName.utf8.contains(0), dbus_validate_bus_name(busName, nil) != 0 { return }
+        if !busName.utf8.contains(0), libdbus.dbus_validate_bus_name(busName, nil) != 0 { return }
         throw BusError.invalid("invalid \(what) \"\(busName)\"")
     }
 
     static func validate(interface: String) throws(BusError) {
-        if !interface.utf8.contains(0), dbus_validate_interface(interface, nil) != 0 { return }
+        if !interface.utf8.contains(0), libdbus.dbus_validate_interface(interface, nil) != 0 { return }
         throw BusError.invalid("invalid interface name \"\(interface)\"")
     }
 
     static func validate(member: String) throws(BusError) {
-        if !member.utf8.contains(0), dbus_validate_member(member, nil) != 0 { return }
+        if !member.utf8.contains(0), libdbus.dbus_validate_member(member, nil) != 0 { return }
         throw BusError.invalid("invalid member name \"\(member)\"")
     }
 
     static func validate(errorName: String) throws(BusError) {
-        if !errorName.utf8.contains(0), dbus_validate_error_name(errorName, nil) != 0 { return }
+        if !errorName.utf8.contains(0), libdbus.dbus_validate_error_name(errorName, nil) != 0 { return }
         throw BusError.invalid("invalid error name \"\(errorName)\"")
     }
 
     /// Whether `signature` is a valid sequence of complete types.
     static func isValid(signature: String) -> Bool {
-        !signature.utf8.contains(0) && dbus_signature_validate(signature, nil) != 0
+        !signature.utf8.contains(0) && libdbus.dbus_signature_validate(signature, nil) != 0
     }
 
     /// Whether `signature` is exactly one complete type.
     static func isValid(singleSignature signature: String) -> Bool {
-        !signature.utf8.contains(0) && dbus_signature_validate_single(signature, nil) != 0
+        !signature.utf8.contains(0) && libdbus.dbus_signature_validate_single(signature, nil) != 0
     }
 
     // MARK: Encoding
@@ -67,28 +67,28 @@ enum Codec {
         if let mem = m.member { try validate(member: mem) }
         if let e = m.errorName { try validate(errorName: e) }
 
-        guard let msg = dbus_message_new(type) else { throw BusError(name: BusError.noMemory, message: "dbus_message_new") }
+        guard let msg = libdbus.dbus_message_new(type) else { throw BusError(name: BusError.noMemory, message: "dbus_message_new") }
         var ok = true
-        if let d = m.destination { ok = ok && dbus_message_set_destination(msg, d) != 0 }
-        if let p = m.path { ok = ok && dbus_message_set_path(msg, p.rawValue) != 0 }
-        if let i = m.interface { ok = ok && dbus_message_set_interface(msg, i) != 0 }
-        if let mem = m.member { ok = ok && dbus_message_set_member(msg, mem) != 0 }
-        if let e = m.errorName { ok = ok && dbus_message_set_error_name(msg, e) != 0 }
-        if let r = m.replySerial { ok = ok && dbus_message_set_reply_serial(msg, r) != 0 }
-        if m.noReplyExpected { dbus_message_set_no_reply(msg, 1) }
-        if m.allowInteractiveAuthorization { dbus_message_set_allow_interactive_authorization(msg, 1) }
+        if let d = m.destination { ok = ok && libdbus.dbus_message_set_destination(msg, d) != 0 }
+        if let p = m.path { ok = ok && libdbus.dbus_message_set_path(msg, p.rawValue) != 0 }
+        if let i = m.interface { ok = ok && libdbus.dbus_message_set_interface(msg, i) != 0 }
+        if let mem = m.member { ok = ok && libdbus.dbus_message_set_member(msg, mem) != 0 }
+        if let e = m.errorName { ok = ok && libdbus.dbus_message_set_error_name(msg, e) != 0 }
+        if let r = m.replySerial { ok = ok && libdbus.dbus_message_set_reply_serial(msg, r) != 0 }
+        if m.noReplyExpected { libdbus.dbus_message_set_no_reply(msg, 1) }
+        if m.allowInteractiveAuthorization { libdbus.dbus_message_set_allow_interactive_authorization(msg, 1) }
         guard ok else {
-            dbus_message_unref(msg)
+            libdbus.dbus_message_unref(msg)
             throw BusError(name: BusError.noMemory, message: "setting message header")
         }
         var iter = DBusMessageIter()
-        dbus_message_iter_init_append(msg, &iter)
+        libdbus.dbus_message_iter_init_append(msg, &iter)
         do {
             for (i, v) in m.body.enumerated() {
                 try append(v, to: &iter, at: "argument \(i)")
             }
         } catch {
-            dbus_message_unref(msg)
+            libdbus.dbus_message_unref(msg)
             throw error
         }
         return msg
@@ -96,7 +96,7 @@ enum Codec {
 
     private static func basic<T: BitwiseCopyable>(_ iter: inout DBusMessageIter, _ type: Int32, _ value: T, _ at: String) throws(BusError) {
         var v = value
-        if dbus_message_iter_append_basic(&iter, type, &v) == 0 {
+        if libdbus.dbus_message_iter_append_basic(&iter, type, &v) == 0 {
             throw BusError(name: BusError.noMemory, message: "appending \(at)")
         }
     }
@@ -105,7 +105,7 @@ enum Codec {
         if s.utf8.contains(0) { throw BusError.invalid("\(at): string contains a NUL character") }
         let ok = s.withCString { cs -> Bool in
             var p: UnsafePointer<CChar>? = cs
-            return dbus_message_iter_append_basic(&iter, type, &p) != 0
+            return libdbus.dbus_message_iter_append_basic(&iter, type, &p) != 0
         }
         if !ok { throw BusError(name: BusError.noMemory, message: "appending \(at)") }
     }
@@ -115,18 +115,18 @@ enum Codec {
         var sub = DBusMessageIter()
         let opened: Bool
         if let sig {
-            opened = sig.withCString { dbus_message_iter_open_container(&iter, type, $0, &sub) != 0 }
+            opened = sig.withCString { libdbus.dbus_message_iter_open_container(&iter, type, $0, &sub) != 0 }
         } else {
-            opened = dbus_message_iter_open_container(&iter, type, nil, &sub) != 0
+            opened = libdbus.dbus_message_iter_open_container(&iter, type, nil, &sub) != 0
         }
         guard opened else { throw BusError(name: BusError.noMemory, message: "opening container at \(at)") }
         do {
             try body(&sub)
         } catch {
-            dbus_message_iter_abandon_container(&iter, &sub)
+            libdbus.dbus_message_iter_abandon_container(&iter, &sub)
             throw error
         }
-        guard dbus_message_iter_close_container(&iter, &sub) != 0 else {
+        guard libdbus.dbus_message_iter_close_container(&iter, &sub) != 0 else {
             throw BusError(name: BusError.noMemory, message: "closing container at \(at)")
         }
     }
@@ -154,7 +154,7 @@ enum Codec {
             try container(&iter, DBUS_TYPE_ARRAY, "y", at) { (sub: inout DBusMessageIter) throws(BusError) in
                 let ok = bytes.withUnsafeBufferPointer { buf -> Bool in
                     var p: UnsafePointer<UInt8>? = buf.baseAddress ?? UnsafePointer(bitPattern: 1)
-                    return dbus_message_iter_append_fixed_array(&sub, DBUS_TYPE_BYTE, &p, Int32(buf.count)) != 0
+                    return libdbus.dbus_message_iter_append_fixed_array(&sub, DBUS_TYPE_BYTE, &p, Int32(buf.count)) != 0
                 }
                 if !ok { throw BusError(name: BusError.noMemory, message: "appending \(at)") }
             }
@@ -206,7 +206,7 @@ enum Codec {
     /// those (the specification says to ignore them), so every reader checks this first:
     /// such a message was once decoded as a signal without path, interface or member.
     static func kind(of msg: OpaquePointer) -> BusMessage.Kind? {
-        switch dbus_message_get_type(msg) {
+        switch libdbus.dbus_message_get_type(msg) {
         case DBUS_MESSAGE_TYPE_METHOD_CALL: .methodCall
         case DBUS_MESSAGE_TYPE_METHOD_RETURN: .methodReturn
         case DBUS_MESSAGE_TYPE_ERROR: .error
@@ -219,17 +219,17 @@ enum Codec {
     /// known kind (`kind(of:)`).
     static func decodeHeader(_ msg: OpaquePointer) -> BusMessage {
         var m = BusMessage(kind: kind(of: msg) ?? .signal)
-        m.serial = dbus_message_get_serial(msg)
-        let r = dbus_message_get_reply_serial(msg)
+        m.serial = libdbus.dbus_message_get_serial(msg)
+        let r = libdbus.dbus_message_get_reply_serial(msg)
         m.replySerial = r == 0 ? nil : r
-        m.path = string(dbus_message_get_path(msg)).map { ObjectPath(unchecked: $0) }
-        m.interface = string(dbus_message_get_interface(msg))
-        m.member = string(dbus_message_get_member(msg))
-        m.errorName = string(dbus_message_get_error_name(msg))
-        m.destination = string(dbus_message_get_destination(msg))
-        m.sender = string(dbus_message_get_sender(msg))
-        m.noReplyExpected = dbus_message_get_no_reply(msg) != 0
-        m.allowInteractiveAuthorization = dbus_message_get_allow_interactive_authorization(msg) != 0
+        m.path = string(libdbus.dbus_message_get_path(msg)).map { ObjectPath(unchecked: $0) }
+        m.interface = string(libdbus.dbus_message_get_interface(msg))
+        m.member = string(libdbus.dbus_message_get_member(msg))
+        m.errorName = string(libdbus.dbus_message_get_error_name(msg))
+        m.destination = string(libdbus.dbus_message_get_destination(msg))
+        m.sender = string(libdbus.dbus_message_get_sender(msg))
+        m.noReplyExpected = libdbus.dbus_message_get_no_reply(msg) != 0
+        m.allowInteractiveAuthorization = libdbus.dbus_message_get_allow_interactive_authorization(msg) != 0
         return m
     }
 
@@ -237,28 +237,28 @@ enum Codec {
     static func decode(_ msg: OpaquePointer) -> BusMessage {
         var m = decodeHeader(msg)
         var iter = DBusMessageIter()
-        if dbus_message_iter_init(msg, &iter) != 0 {
+        if libdbus.dbus_message_iter_init(msg, &iter) != 0 {
             repeat {
                 m.body.append(read(&iter))
-            } while dbus_message_iter_next(&iter) != 0
+            } while libdbus.dbus_message_iter_next(&iter) != 0
         }
         return m
     }
 
     private static func get<T: BitwiseCopyable>(_ iter: inout DBusMessageIter, _ zero: T) -> T {
         var v = zero
-        dbus_message_iter_get_basic(&iter, &v)
+        libdbus.dbus_message_iter_get_basic(&iter, &v)
         return v
     }
 
     private static func iterSignature(_ iter: inout DBusMessageIter) -> String {
-        guard let p = dbus_message_iter_get_signature(&iter) else { return "" }
-        defer { dbus_free(p) }
+        guard let p = libdbus.dbus_message_iter_get_signature(&iter) else { return "" }
+        defer { libdbus.dbus_free(p) }
         return String(cString: p)
     }
 
     static func read(_ iter: inout DBusMessageIter) -> DBusValue {
-        switch dbus_message_iter_get_arg_type(&iter) {
+        switch libdbus.dbus_message_iter_get_arg_type(&iter) {
         case DBUS_TYPE_BYTE: return .byte(get(&iter, UInt8(0)))
         case DBUS_TYPE_BOOLEAN: return .boolean(get(&iter, dbus_bool_t(0)) != 0)
         case DBUS_TYPE_INT16: return .int16(get(&iter, Int16(0)))
@@ -279,26 +279,26 @@ enum Codec {
             return .unixFD(UnixFD(taking: get(&iter, Int32(-1))))
         case DBUS_TYPE_VARIANT:
             var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            libdbus.dbus_message_iter_recurse(&iter, &sub)
             return .variant(read(&sub))
         case DBUS_TYPE_STRUCT:
             var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            libdbus.dbus_message_iter_recurse(&iter, &sub)
             var members: [DBusValue] = []
-            if dbus_message_iter_get_arg_type(&sub) != DBUS_TYPE_INVALID {
-                repeat { members.append(read(&sub)) } while dbus_message_iter_next(&sub) != 0
+            if libdbus.dbus_message_iter_get_arg_type(&sub) != DBUS_TYPE_INVALID {
+                repeat { members.append(read(&sub)) } while libdbus.dbus_message_iter_next(&sub) != 0
             }
             return .structure(members)
         case DBUS_TYPE_ARRAY:
             let full = iterSignature(&iter)            // "aX"
             let element = String(full.dropFirst())
             var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            libdbus.dbus_message_iter_recurse(&iter, &sub)
             if element == "y" {
                 var p: UnsafePointer<UInt8>? = nil
                 var n: Int32 = 0
-                if dbus_message_iter_get_arg_type(&sub) == DBUS_TYPE_BYTE {
-                    dbus_message_iter_get_fixed_array(&sub, &p, &n)
+                if libdbus.dbus_message_iter_get_arg_type(&sub) == DBUS_TYPE_BYTE {
+                    libdbus.dbus_message_iter_get_fixed_array(&sub, &p, &n)
                 }
                 return .bytes(n > 0 && p != nil ? Array(UnsafeBufferPointer(start: p, count: Int(n))) : [])
             }
@@ -308,21 +308,21 @@ enum Codec {
                 let key = String(inner.prefix(1))
                 let value = String(inner.dropFirst())
                 var entries: [DBusValue.DictEntry] = []
-                while dbus_message_iter_get_arg_type(&sub) == DBUS_TYPE_DICT_ENTRY {
+                while libdbus.dbus_message_iter_get_arg_type(&sub) == DBUS_TYPE_DICT_ENTRY {
                     var e = DBusMessageIter()
-                    dbus_message_iter_recurse(&sub, &e)
+                    libdbus.dbus_message_iter_recurse(&sub, &e)
                     let k = read(&e)
-                    dbus_message_iter_next(&e)
+                    libdbus.dbus_message_iter_next(&e)
                     let v = read(&e)
                     entries.append(.init(k, v))
-                    dbus_message_iter_next(&sub)
+                    libdbus.dbus_message_iter_next(&sub)
                 }
                 return .dictionary(key: key, value: value, entries)
             }
             var items: [DBusValue] = []
-            while dbus_message_iter_get_arg_type(&sub) != DBUS_TYPE_INVALID {
+            while libdbus.dbus_message_iter_get_arg_type(&sub) != DBUS_TYPE_INVALID {
                 items.append(read(&sub))
-                dbus_message_iter_next(&sub)
+                libdbus.dbus_message_iter_next(&sub)
             }
             return .array(element: element, items)
         default:

@@ -49,7 +49,7 @@ final class TimeoutBox {
 
     func setActive(_ on: Bool) {
         if on {
-            let ms = Int(dbus_timeout_get_interval(timeout))
+            let ms = Int(libdbus.dbus_timeout_get_interval(timeout))
             timer.schedule(deadline: .now() + .milliseconds(ms), repeating: .milliseconds(max(ms, 1)))
         }
         guard on != active else { return }
@@ -73,56 +73,56 @@ extension BusConnection {
     /// Installs the watch, timeout, dispatch-status and filter hooks. On the queue.
     func installHooks() {
         let me = Unmanaged.passUnretained(self).toOpaque()
-        dbus_connection_set_watch_functions(conn, { w, d in owner(d).addWatch(w!) ? 1 : 0 },
+        libdbus.dbus_connection_set_watch_functions(conn, { w, d in owner(d).addWatch(w!) ? 1 : 0 },
                                             { w, d in owner(d).removeWatch(w!) },
                                             { w, d in owner(d).toggleWatch(w!) }, me, nil)
-        dbus_connection_set_timeout_functions(conn, { t, d in owner(d).addTimeout(t!) ? 1 : 0 },
+        libdbus.dbus_connection_set_timeout_functions(conn, { t, d in owner(d).addTimeout(t!) ? 1 : 0 },
                                               { t, _ in BusConnection.removeTimeout(t!) },
                                               { t, _ in BusConnection.toggleTimeout(t!) }, me, nil)
-        dbus_connection_set_dispatch_status_function(conn, { _, status, d in
+        libdbus.dbus_connection_set_dispatch_status_function(conn, { _, status, d in
             if status == DBUS_DISPATCH_DATA_REMAINS {
                 let c = owner(d)
                 c.queue.async { [weak c] in c?.dispatchAll() }
             }
         }, me, nil)
-        dbus_connection_set_wakeup_main_function(conn, { d in
+        libdbus.dbus_connection_set_wakeup_main_function(conn, { d in
             let c = owner(d)
             c.queue.async { [weak c] in c?.dispatchAll() }
         }, me, nil)
-        dbus_connection_add_filter(conn, { _, msg, d in owner(d).filter(msg!) }, me, nil)
+        libdbus.dbus_connection_add_filter(conn, { _, msg, d in owner(d).filter(msg!) }, me, nil)
         dispatchAll()
     }
 
     /// Dispatches every message libdbus has read. On the queue.
     func dispatchAll() {
-        while dbus_connection_get_dispatch_status(conn) == DBUS_DISPATCH_DATA_REMAINS {
-            _ = dbus_connection_dispatch(conn)
+        while libdbus.dbus_connection_get_dispatch_status(conn) == DBUS_DISPATCH_DATA_REMAINS {
+            _ = libdbus.dbus_connection_dispatch(conn)
         }
     }
 
     // MARK: Watches
 
     func addWatch(_ w: OpaquePointer) -> Bool {
-        let box = WatchBox(watch: w, flags: dbus_watch_get_flags(w))
+        let box = WatchBox(watch: w, flags: libdbus.dbus_watch_get_flags(w))
         // libdbus closes its socket right after removing the watch: the watch is on a
         // duplicate that stays open until the watch is done with it.
-        guard let d = try? DescriptorWatch(duplicating: dbus_watch_get_unix_fd(w), queue: queue) else { return false }
+        guard let d = try? DescriptorWatch(duplicating: libdbus.dbus_watch_get_unix_fd(w), queue: queue) else { return false }
         d.setHandlers(onReadable: { [weak self, weak box] in
             if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_READABLE.rawValue)) }
         }, onWritable: { [weak self, weak box] in
             if let box { self?.handleWatch(box, UInt32(DBUS_WATCH_WRITABLE.rawValue)) }
         })
         box.descriptor = d
-        box.setActive(dbus_watch_get_enabled(w) != 0)
+        box.setActive(libdbus.dbus_watch_get_enabled(w) != 0)
         // libdbus owns the box through the watch's data and releases it with the free function.
-        dbus_watch_set_data(w, Unmanaged.passRetained(box).toOpaque(), { p in
+        libdbus.dbus_watch_set_data(w, Unmanaged.passRetained(box).toOpaque(), { p in
             Unmanaged<WatchBox>.fromOpaque(p!).release()
         })
         return true
     }
 
     private func box(for w: OpaquePointer) -> WatchBox? {
-        guard let p = dbus_watch_get_data(w) else { return nil }
+        guard let p = libdbus.dbus_watch_get_data(w) else { return nil }
         return Unmanaged<WatchBox>.fromOpaque(p).takeUnretainedValue()
     }
 
@@ -130,26 +130,26 @@ extension BusConnection {
         guard let b = box(for: w) else { return }
         b.removed = true
         b.cancel()
-        dbus_watch_set_data(w, nil, nil)  // runs the free function: releases the box
+        libdbus.dbus_watch_set_data(w, nil, nil)  // runs the free function: releases the box
     }
 
     func toggleWatch(_ w: OpaquePointer) {
-        box(for: w)?.setActive(dbus_watch_get_enabled(w) != 0)
+        box(for: w)?.setActive(libdbus.dbus_watch_get_enabled(w) != 0)
     }
 
     private func handleWatch(_ box: WatchBox, _ flag: UInt32) {
         // The watch may have been removed while this event was queued.
         guard !box.removed else { return }
-        _ = dbus_watch_handle(box.watch, flag)
+        _ = libdbus.dbus_watch_handle(box.watch, flag)
         dispatchAll()
         // libdbus reads and writes in bounded chunks: while the watch still wants the
         // descriptor and it is still ready, handle it again (after other work queued
         // meanwhile). libdispatch re-arms the source after this handler and would fire again
         // too; looking here keeps the rest of a burst from waiting behind that round trip.
         // Handling may have removed the watch (a disconnect): check before touching it.
-        guard !box.removed, dbus_watch_get_enabled(box.watch) != 0 else { return }
+        guard !box.removed, libdbus.dbus_watch_get_enabled(box.watch) != 0 else { return }
         let events = Int16(flag == UInt32(DBUS_WATCH_READABLE.rawValue) ? POLLIN : POLLOUT)
-        var p = pollfd(fd: dbus_watch_get_unix_fd(box.watch), events: events, revents: 0)
+        var p = pollfd(fd: libdbus.dbus_watch_get_unix_fd(box.watch), events: events, revents: 0)
         if poll(&p, 1, 0) == 1, p.revents & events != 0 {
             queue.async { [weak self, weak box] in
                 if let box { self?.handleWatch(box, flag) }
@@ -163,35 +163,35 @@ extension BusConnection {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let box = TimeoutBox(timeout: t, timer: timer)
         timer.setEventHandler { [weak self] in
-            guard dbus_timeout_get_data(t) != nil else { return }
-            _ = dbus_timeout_handle(t)
+            guard libdbus.dbus_timeout_get_data(t) != nil else { return }
+            _ = libdbus.dbus_timeout_handle(t)
             self?.dispatchAll()
         }
-        let ms = Int(dbus_timeout_get_interval(t))
+        let ms = Int(libdbus.dbus_timeout_get_interval(t))
         timer.schedule(deadline: .now() + .milliseconds(ms), repeating: .milliseconds(max(ms, 1)))
         timer.activate()
         box.active = true
-        if dbus_timeout_get_enabled(t) == 0 { box.setActive(false) }
+        if libdbus.dbus_timeout_get_enabled(t) == 0 { box.setActive(false) }
         // libdbus owns the box through the timeout's data and releases it with the free function.
-        dbus_timeout_set_data(t, Unmanaged.passRetained(box).toOpaque(), { p in
+        libdbus.dbus_timeout_set_data(t, Unmanaged.passRetained(box).toOpaque(), { p in
             Unmanaged<TimeoutBox>.fromOpaque(p!).release()
         })
         return true
     }
 
     static func timeoutBox(_ t: OpaquePointer) -> TimeoutBox? {
-        guard let p = dbus_timeout_get_data(t) else { return nil }
+        guard let p = libdbus.dbus_timeout_get_data(t) else { return nil }
         return Unmanaged<TimeoutBox>.fromOpaque(p).takeUnretainedValue()
     }
 
     static func removeTimeout(_ t: OpaquePointer) {
         guard let b = timeoutBox(t) else { return }
         b.cancel()
-        dbus_timeout_set_data(t, nil, nil)  // runs the free function: releases the box
+        libdbus.dbus_timeout_set_data(t, nil, nil)  // runs the free function: releases the box
     }
 
     static func toggleTimeout(_ t: OpaquePointer) {
-        timeoutBox(t)?.setActive(dbus_timeout_get_enabled(t) != 0)
+        timeoutBox(t)?.setActive(libdbus.dbus_timeout_get_enabled(t) != 0)
     }
 
     // MARK: Incoming messages

@@ -83,13 +83,13 @@ extension BusConnection {
             }
             switch step {
             case .gone:
-                dbus_message_unref(encoded.pointer)
+                libdbus.dbus_message_unref(encoded.pointer)
                 cont.resume(throwing: BusError(name: BusError.disconnected, message: "not connected to the \(address)"))
             case .ready(let id):
-                dbus_message_unref(encoded.pointer)
+                libdbus.dbus_message_unref(encoded.pointer)
                 cont.resume(returning: id)
             case .wait:
-                dbus_message_unref(encoded.pointer)
+                libdbus.dbus_message_unref(encoded.pointer)
             case .add:
                 break
             }

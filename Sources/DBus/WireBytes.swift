@@ -11,11 +11,11 @@ extension BusMessage {
     /// the connection ignores it).
     package static func demarshal(_ bytes: [UInt8]) -> Result<BusMessage, BusError> {
         var error = DBusError()
-        dbus_error_init(&error)
-        defer { dbus_error_free(&error) }
+        libdbus.dbus_error_init(&error)
+        defer { libdbus.dbus_error_free(&error) }
         let msg = bytes.withUnsafeBufferPointer { buf -> OpaquePointer? in
             buf.withMemoryRebound(to: CChar.self) { chars in
-                dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), &error)
+                libdbus.dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), &error)
             }
         }
         guard let msg else {
@@ -23,10 +23,10 @@ extension BusMessage {
             let text = error.message.map { String(cString: $0) } ?? "dbus_message_demarshal failed"
             return .failure(BusError(name: name, message: text))
         }
-        defer { dbus_message_unref(msg) }
+        defer { libdbus.dbus_message_unref(msg) }
         // As the connection's filter does: a type this side does not know is not decoded.
         guard Codec.kind(of: msg) != nil else {
-            return .failure(BusError(name: BusError.failed, message: "message type \(dbus_message_get_type(msg)) is not one this side knows"))
+            return .failure(BusError(name: BusError.failed, message: "message type \(libdbus.dbus_message_get_type(msg)) is not one this side knows"))
         }
         return .success(Codec.decode(msg))
     }
@@ -36,7 +36,7 @@ extension BusMessage {
     package static func wireLength(_ bytes: [UInt8]) -> Int {
         bytes.withUnsafeBufferPointer { buf in
             buf.withMemoryRebound(to: CChar.self) { chars in
-                Int(dbus_message_demarshal_bytes_needed(chars.baseAddress, Int32(clamping: chars.count)))
+                Int(libdbus.dbus_message_demarshal_bytes_needed(chars.baseAddress, Int32(clamping: chars.count)))
             }
         }
     }
@@ -45,14 +45,14 @@ extension BusMessage {
     /// `serial` (a message on the wire never has serial 0).
     package func marshal(serial: UInt32 = 1) throws(BusError) -> [UInt8] {
         let msg = try Codec.encode(self)
-        defer { dbus_message_unref(msg) }
-        dbus_message_set_serial(msg, serial == 0 ? 1 : serial)
+        defer { libdbus.dbus_message_unref(msg) }
+        libdbus.dbus_message_set_serial(msg, serial == 0 ? 1 : serial)
         var data: UnsafeMutablePointer<CChar>?
         var length: Int32 = 0
-        guard dbus_message_marshal(msg, &data, &length) != 0, let data else {
+        guard libdbus.dbus_message_marshal(msg, &data, &length) != 0, let data else {
             throw BusError(name: BusError.noMemory, message: "dbus_message_marshal")
         }
-        defer { dbus_free(data) }
+        defer { libdbus.dbus_free(data) }
         return data.withMemoryRebound(to: UInt8.self, capacity: Int(length)) { Array(UnsafeBufferPointer(start: $0, count: Int(length))) }
     }
 }

@@ -117,11 +117,15 @@ public final class DNSSDClient: @unchecked Sendable {
     }
 
     /// Avahi's error text for `code`.
-    static func message(_ code: Int32) -> String { String(cString: avahi_strerror(code)) }
+    static func message(_ code: Int32) -> String {
+        // Also called when there is no client, perhaps because Avahi could not be loaded.
+        guard AvahiLibrary.unavailableReason == nil, let text = libavahi.avahi_strerror(code) else { return "Avahi error \(code)" }
+        return String(cString: text)
+    }
 
     /// The client's last error as a `DNSSDError`.
     func avahiError(_ operation: String) -> DNSSDError {
-        let code = client.map { avahi_client_errno($0.pointer) } ?? Int32(Int32(AVAHI_ERR_DISCONNECTED))
+        let code = client.map { libavahi.avahi_client_errno($0.pointer) } ?? Int32(Int32(AVAHI_ERR_DISCONNECTED))
         return .avahi(operation: operation, code: code, message: Self.message(code))
     }
 
@@ -129,11 +133,17 @@ public final class DNSSDClient: @unchecked Sendable {
 
     private func connect() {
         guard !stopped, client == nil, let poll else { return }
+        if let reason = AvahiLibrary.unavailableReason {
+            // Not retried: the library does not appear by itself (installing it needs a restart).
+            setAvailability(false, reason)
+            logger.error("DNS-SD is unavailable", ["error": reason])
+            return
+        }
         let box = CallbackBox(.client, id: "client", owner: self).retained()
         var error: Int32 = 0
         boxInCreation = box
         defer { boxInCreation = nil }
-        let c = avahi_client_new(UnsafePointer(poll.api), AVAHI_CLIENT_NO_FAIL, { c, state, userdata in
+        let c = libavahi.avahi_client_new(UnsafePointer(poll.api), AVAHI_CLIENT_NO_FAIL, { c, state, userdata in
             let box = CallbackBox.from(userdata)
             box.owner?.clientChanged(c!, state)
         }, box, &error)
@@ -164,7 +174,7 @@ public final class DNSSDClient: @unchecked Sendable {
         case AVAHI_CLIENT_S_RUNNING:
             guard !running else { return }
             running = true
-            let version = avahi_client_get_version_string(c).map { String(cString: $0) }
+            let version = libavahi.avahi_client_get_version_string(c).map { String(cString: $0) }
             setAvailability(true, "")
             logger.notice("avahi-daemon available", ["avahi.version": version ?? "?"])
             onEvent(.avahiAvailable(version: version))
@@ -182,7 +192,7 @@ public final class DNSSDClient: @unchecked Sendable {
             setAvailability(false, "avahi-daemon is not running (waiting for it)")
             logger.info("waiting for avahi-daemon")
         case AVAHI_CLIENT_FAILURE:
-            let code = avahi_client_errno(c)
+            let code = libavahi.avahi_client_errno(c)
             let reason = "avahi-daemon went away (\(Self.message(code)))"
             logger.warning("Avahi client failed; reconnecting", ["error": Self.message(code)])
             // Free and re-create outside Avahi's own call stack.
@@ -211,7 +221,7 @@ public final class DNSSDClient: @unchecked Sendable {
         for o in oneShots.values { finishOneShot(o, .failure(.unavailable(reason)), free: false) }
         resolveCache.withLock { $0.removeAll() }
         if let c = client {
-            avahi_client_free(c.pointer)  // frees every group, browser and resolver it made
+            libavahi.avahi_client_free(c.pointer)  // frees every group, browser and resolver it made
             CallbackBox.release(c.box)
             client = nil
         }

@@ -56,7 +56,7 @@ private func string(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cStri
 private func addressText(_ a: UnsafePointer<AvahiAddress>?) -> String? {
     guard let a else { return nil }
     var buf = [CChar](repeating: 0, count: Int(AVAHI_ADDRESS_STR_MAX))
-    guard avahi_address_snprint(&buf, buf.count, a) != nil else { return nil }
+    guard libavahi.avahi_address_snprint(&buf, buf.count, a) != nil else { return nil }
     return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
@@ -93,7 +93,7 @@ extension DNSSDClient {
     func startBrowser(_ b: Browse) -> DNSSDError? {
         guard let c = client else { return unavailableError() }
         let box = CallbackBox(.browser, id: b.id, owner: self).retained()
-        guard let sb = avahi_service_browser_new(
+        guard let sb = libavahi.avahi_service_browser_new(
             c.pointer, b.spec.interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), b.spec.type, b.spec.domain,
             AvahiLookupFlags(0), { _, iface, proto, event, name, type, domain, flags, userdata in
                 let box = CallbackBox.from(userdata)
@@ -110,12 +110,12 @@ extension DNSSDClient {
     /// Frees `b`'s browser and resolvers (`free` false: `avahi_client_free` does).
     func dropBrowser(_ b: Browse, free: Bool) {
         for r in b.resolvers.values {
-            if free { avahi_service_resolver_free(r.pointer) }
+            if free { libavahi.avahi_service_resolver_free(r.pointer) }
             CallbackBox.release(r.box)
         }
         b.resolvers = [:]
         if let sb = b.browser {
-            if free { avahi_service_browser_free(sb.pointer) }
+            if free { libavahi.avahi_service_browser_free(sb.pointer) }
             CallbackBox.release(sb.box)
             b.browser = nil
         }
@@ -135,7 +135,7 @@ extension DNSSDClient {
             guard b.spec.resolve, b.resolvers[key] == nil, let c = client else { return }
             let box = CallbackBox(.resolver, id: id, key: key, owner: self).retained()
             // Kept open: Avahi calls again when the service changes (a new TXT, say).
-            if let r = avahi_service_resolver_new(c.pointer, iface, proto, name, type, domain, proto, AvahiLookupFlags(0),
+            if let r = libavahi.avahi_service_resolver_new(c.pointer, iface, proto, name, type, domain, proto, AvahiLookupFlags(0),
                                                   { _, iface, proto, event, name, type, domain, host, a, port, txt, flags, userdata in
                                                       let box = CallbackBox.from(userdata)
                                                       box.owner?.browseResolverEvent(box.id, box.key, iface, proto, event, string(name), string(type),
@@ -149,7 +149,7 @@ extension DNSSDClient {
             }
         case AVAHI_BROWSER_REMOVE:
             if let r = b.resolvers.removeValue(forKey: key) {
-                avahi_service_resolver_free(r.pointer)
+                libavahi.avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
             resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
@@ -182,7 +182,7 @@ extension DNSSDClient {
             resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             let e = avahiError("resolve \"\(name)\"").description
             if let r = b.resolvers.removeValue(forKey: key) {
-                avahi_service_resolver_free(r.pointer)
+                libavahi.avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
             let found = FoundService(name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface),
@@ -225,7 +225,7 @@ extension DNSSDClient {
             let families = allAddresses ? [Int32(AVAHI_PROTO_INET), Int32(AVAHI_PROTO_INET6)] : [Int32(AVAHI_PROTO_UNSPEC)]
             for aproto in families {
                 let box = CallbackBox(.oneShot, id: o.id, owner: self).retained()
-                guard let r = avahi_service_resolver_new(
+                guard let r = libavahi.avahi_service_resolver_new(
                     c.pointer, interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), name, type, domain, aproto,
                     AvahiLookupFlags(0), { _, iface, proto, event, name, type, domain, host, a, port, txt, flags, userdata in
                         let box = CallbackBox.from(userdata)
@@ -270,7 +270,7 @@ extension DNSSDClient {
                     isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil)
             }
         } else {
-            let code = client.map { avahi_client_errno($0.pointer) } ?? 0
+            let code = client.map { libavahi.avahi_client_errno($0.pointer) } ?? 0
             o.failures.append(Self.message(code))
         }
         if o.pending <= 0 {
@@ -326,9 +326,9 @@ extension DNSSDClient {
         for obj in o.objects {
             if free {
                 if o.id.hasPrefix("t") {
-                    avahi_service_type_browser_free(obj.pointer)
+                    libavahi.avahi_service_type_browser_free(obj.pointer)
                 } else {
-                    avahi_service_resolver_free(obj.pointer)
+                    libavahi.avahi_service_resolver_free(obj.pointer)
                 }
             }
             CallbackBox.release(obj.box)
@@ -346,7 +346,7 @@ extension DNSSDClient {
             let o = OneShot(id: newID("t"))
             o.finish = done
             let box = CallbackBox(.typeBrowser, id: o.id, owner: self).retained()
-            guard let tb = avahi_service_type_browser_new(
+            guard let tb = libavahi.avahi_service_type_browser_new(
                 c.pointer, interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), domain, AvahiLookupFlags(0),
                 { _, iface, _, event, type, domain, _, userdata in
                     let box = CallbackBox.from(userdata)

@@ -40,7 +40,7 @@ func makeStringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? 
     var list: UnsafeMutablePointer<AvahiStringList>?
     // avahi_string_list_add_arbitrary prepends: add the last entry first.
     for e in txt.entries.reversed() {
-        list = e.withUnsafeBufferPointer { avahi_string_list_add_arbitrary(list, $0.baseAddress, $0.count) }
+        list = e.withUnsafeBufferPointer { libavahi.avahi_string_list_add_arbitrary(list, $0.baseAddress, $0.count) }
     }
     return list
 }
@@ -50,11 +50,11 @@ func readStringList(_ list: UnsafeMutablePointer<AvahiStringList>?) -> TXTRecord
     var entries: [[UInt8]] = []
     var l = list
     while let node = l {
-        let size = avahi_string_list_get_size(node)
-        if let text = avahi_string_list_get_text(node) {
+        let size = libavahi.avahi_string_list_get_size(node)
+        if let text = libavahi.avahi_string_list_get_text(node) {
             entries.append(Array(UnsafeBufferPointer(start: text, count: size)))
         }
-        l = avahi_string_list_get_next(node)
+        l = libavahi.avahi_string_list_get_next(node)
     }
     return (try? TXTRecord(bytes: entries)) ?? TXTRecord(wireFormat: entries.flatMap { [UInt8(min($0.count, 255))] + $0.prefix(255) }) ?? TXTRecord()
 }
@@ -103,8 +103,8 @@ extension DNSSDClient {
             if let g = p.group {
                 guard running else { return .failure(unavailableError()) }
                 let list = makeStringList(txt)
-                defer { avahi_string_list_free(list) }
-                let r = avahi_entry_group_update_service_txt_strlst(
+                defer { libavahi.avahi_string_list_free(list) }
+                let r = libavahi.avahi_entry_group_update_service_txt_strlst(
                     g.pointer, p.spec.interfaceIndex ?? Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
                     p.name, p.spec.type.description, p.spec.domain, list)
                 if r < 0 { return .failure(.avahi(operation: "update the TXT record", code: r, message: Self.message(r))) }
@@ -126,7 +126,7 @@ extension DNSSDClient {
     func register(_ p: Publication) -> DNSSDError? {
         guard let c = client else { return unavailableError() }
         let box = CallbackBox(.group, id: p.id, owner: self).retained()
-        guard let g = avahi_entry_group_new(c.pointer, { g, state, userdata in
+        guard let g = libavahi.avahi_entry_group_new(c.pointer, { g, state, userdata in
             let box = CallbackBox.from(userdata)
             box.owner?.groupChanged(box.id, g!, state)
         }, box) else {
@@ -147,12 +147,12 @@ extension DNSSDClient {
     /// Avahi reports a local collision) and commits.
     private func fill(_ p: Publication, _ g: OpaquePointer) -> DNSSDError? {
         let list = makeStringList(p.spec.txt)
-        defer { avahi_string_list_free(list) }
+        defer { libavahi.avahi_string_list_free(list) }
         let iface = p.spec.interfaceIndex ?? Int32(AVAHI_IF_UNSPEC)
         let type = p.spec.type.description
         var r: Int32 = 0
         for _ in 0..<20 {
-            r = avahi_entry_group_add_service_strlst(g, iface, Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
+            r = libavahi.avahi_entry_group_add_service_strlst(g, iface, Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
                                                      p.name, type, p.spec.domain, nil, p.spec.port, list)
             guard r == Int32(AVAHI_ERR_COLLISION) else { break }
             // Another publisher on this host holds the name: take Avahi's alternative.
@@ -160,11 +160,11 @@ extension DNSSDClient {
         }
         if r < 0 { return .avahi(operation: "add the service \"\(p.name)\"", code: r, message: Self.message(r)) }
         for sub in p.spec.subtypes {
-            let r = avahi_entry_group_add_service_subtype(g, iface, Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
+            let r = libavahi.avahi_entry_group_add_service_subtype(g, iface, Int32(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0),
                                                           p.name, type, p.spec.domain, sub)
             if r < 0 { return .avahi(operation: "add the subtype \(sub)", code: r, message: Self.message(r)) }
         }
-        let cr = avahi_entry_group_commit(g)
+        let cr = libavahi.avahi_entry_group_commit(g)
         if cr < 0 { return .avahi(operation: "commit the service \"\(p.name)\"", code: cr, message: Self.message(cr)) }
         return nil
     }
@@ -174,9 +174,9 @@ extension DNSSDClient {
     /// avahi-daemon, when adding; "network": by another host, while probing), for the log.
     private func rename(_ p: Publication, collision: String) {
         let old = p.name
-        guard let alt = avahi_alternative_service_name(old) else { return }
+        guard let alt = libavahi.avahi_alternative_service_name(old) else { return }
         p.name = String(cString: alt)
-        avahi_free(alt)
+        libavahi.avahi_free(alt)
         p.renames += 1
         if let e = names.record(requested: p.spec.name, type: p.spec.type.description, domain: p.spec.domain, chosen: p.name) {
             // Published under it all the same; only a restart would go back to the old name.
@@ -200,7 +200,7 @@ extension DNSSDClient {
         case AVAHI_ENTRY_GROUP_COLLISION:
             // Someone on the network has the name: pick the alternative and publish again.
             rename(p, collision: "network")
-            avahi_entry_group_reset(g)
+            libavahi.avahi_entry_group_reset(g)
             if let e = fill(p, g) {
                 p.state = .failed
                 p.error = e.description
@@ -208,7 +208,7 @@ extension DNSSDClient {
                 p.answer(.failure(e))
             }
         case AVAHI_ENTRY_GROUP_FAILURE:
-            let code = avahi_client_errno(avahi_entry_group_get_client(g))
+            let code = libavahi.avahi_client_errno(libavahi.avahi_entry_group_get_client(g))
             p.state = .failed
             p.error = Self.message(code)
             logger.warning("publication failed", ["dnssd.id": p.id, "error": p.error ?? ""])
@@ -224,7 +224,7 @@ extension DNSSDClient {
     /// Forgets `p`'s entry group, freeing it when `free` (false: `avahi_client_free` does).
     func dropGroup(_ p: Publication, free: Bool, state: PublicationState) {
         if let g = p.group {
-            if free { avahi_entry_group_free(g.pointer) }
+            if free { libavahi.avahi_entry_group_free(g.pointer) }
             CallbackBox.release(g.box)
             p.group = nil
         }

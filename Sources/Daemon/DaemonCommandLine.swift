@@ -3,6 +3,7 @@ import FoundationEssentials
 import SystemKit
 import Glibc
 import Logging
+import DBus
 
 /// `peerlinkd`'s command line: flags that override the configuration file.
 public enum DaemonCommandLine {
@@ -80,6 +81,9 @@ public enum DaemonCommandLine {
         raiseDescriptorLimit()
         let daemon: PeerlinkDaemon
         do {
+            // libdbus-1 is loaded with dlopen (Sources/CDBus/shim.h); the configuration's D-Bus
+            // names are validated with it before the bus is reached, so load it first.
+            try DBusLibrary.require()
             var config = try DaemonConfig.load(path: overrides.configPath)
             config.apply(overrides)
             daemon = try PeerlinkDaemon(config: config, configPath: overrides.configPath, overrides: overrides)

@@ -11,18 +11,23 @@ import SystemKit
 /// The real daemon is tested in DaemonTests; this only checks the CLI's side of the wire.
 final class FakeDaemon: Sendable {
     let path: String
-    private let listener: Int32
     private let received = Mutex<[RPCRequest]>([])
     private let finished = DispatchSemaphore(value: 0)
 
     init(_ script: @escaping @Sendable (FakeConnection) throws -> Void) throws {
         path = "/tmp/peerlink-cli-test-\(UUID().uuidString.prefix(12)).sock"
-        listener = try UnixSocket.listen(path: path, mode: 0o600)
-        let listener = self.listener
+        let listener = try UnixSocket.listen(path: path, mode: 0o600)
+        // The thread owns the listener and closes it once it has its one connection (or gave
+        // up waiting): closed by `finish` after a timeout, the number could already belong to
+        // another test's descriptor when the thread next used it.
         Thread { [self] in
             defer { finished.signal() }
-            guard (try? SocketIO.waitReadable(listener, timeoutMilliseconds: 10_000)) == true,
-                  let fd = try? UnixSocket.accept(listener) else { return }
+            var accepted: Int32?
+            if (try? SocketIO.waitReadable(listener, timeoutMilliseconds: 10_000)) == true {
+                accepted = try? UnixSocket.accept(listener)
+            }
+            closeQuietly(listener)
+            guard let fd = accepted else { return }
             defer { closeQuietly(fd) }
             try? setNonBlocking(fd, false)
             let connection = FakeConnection(fd: fd) { request in self.received.withLock { $0.append(request) } }
@@ -36,7 +41,6 @@ final class FakeDaemon: Sendable {
     /// Waits for the script to end, then removes the socket.
     func finish() {
         _ = finished.wait(timeout: .now() + 10)
-        closeQuietly(listener)
         _ = unlink(path)
     }
 }

@@ -46,6 +46,13 @@ import Testing
         #expect(code == 0)
     }
 
+    /// `main` reads only the variables it needs, one by one, not the whole environment.
+    @Test func readsOnlyTheNamedEnvironmentVariables() throws {
+        let path = try #require(ProcessInfo.processInfo.environment["PATH"])
+        #expect(PeerlinkCLI.readEnvironment(["PATH", "PEERLINK_TEST_SURELY_UNSET_VARIABLE"]) == ["PATH": path])
+        #expect(PeerlinkCLI.readEnvironment([]) == [:])
+    }
+
     @Test func adapterListTable() throws {
         let daemon = try FakeDaemon { c in try c.reply(try c.expect("adapter.list"), ["adapters": [Samples.hci0, Samples.hci1]]) }
         let run = peerlink(["adapter", "list"], daemon: daemon)

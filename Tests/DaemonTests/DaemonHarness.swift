@@ -22,7 +22,7 @@ final class DaemonHarness: Sendable {
     private let child: ChildProcess
 
     init(busAddress: String, maxClients: Int = 256, maxRequestBytes: Int = 1_048_576, requestTimeout: Double = 30,
-         adapter: String? = nil, extraConfig: String = "") async throws {
+         adapter: String? = nil, extraConfig: String = "", environment: [String: String] = [:]) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-d-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         socketPath = directory + "/control.sock"
@@ -42,7 +42,7 @@ final class DaemonHarness: Sendable {
         child = try ChildProcess(binDirectory + "/peerlinkd", [
             "--config", directory + "/peerlink.conf", "--socket", socketPath,
             "--state-dir", directory + "/state", "--bus", busAddress,
-        ], stdout: log, stderr: log)
+        ], stdout: log, stderr: log, environment: environment)
         // Ready when the socket answers.
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {

@@ -85,6 +85,10 @@ note "needed libraries: $NEEDED"
 assert_not_contains "$NEEDED" swift "a Swift library needed at run time"
 assert_not_contains "$NEEDED" Foundation "Foundation needed at run time"
 assert_not_contains "$NEEDED" dispatch "libdispatch needed at run time"
+# The daemon's C libraries are loaded with dlopen when first used, so the CLI never loads them.
+for lib in libssl libcrypto libdbus libavahi libstdc++; do
+    assert_not_contains "$NEEDED" "$lib" "$lib needed at start (it is loaded with dlopen, or linked statically)"
+done
 assert_eq "$(/usr/bin/peerlinkd --version | cut -d' ' -f1)" peerlinkd "the installed daemon runs"
 # One binary for both programs: peerlink is a link to peerlinkd and is the CLI by that name.
 assert_eq "$(readlink /usr/bin/peerlink)" peerlinkd "/usr/bin/peerlink links to peerlinkd"
