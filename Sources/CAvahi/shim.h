@@ -1,13 +1,11 @@
 #ifndef PEERLINK_CAVAHI_SHIM_H
 #define PEERLINK_CAVAHI_SHIM_H
 // libavahi-client for the DNSSD module, loaded at run time (dlopen), as COpenSSL's shim.h
-// explains for OpenSSL: the binary is also the `peerlink` CLI, which never uses Avahi. No
-// module links it (module.modulemap has no `link` line); the DNSSD module calls Avahi through
-// the table below, filled by peerlink_libavahi_load the first time DNS-SD is used. Each entry's
+// explains for OpenSSL: the binary is also the `peerlink` CLI, which never uses Avahi. No module
+// links it (module.modulemap has no `link` line); the DNSSD module calls Avahi through the table
+// below, filled by SystemKit's SharedLibrary loader the first time DNS-SD is used. Each entry's
 // type is the header's own declaration (__typeof__), so a call through the table is checked
 // exactly as a direct call, and a direct call does not link.
-#include <dlfcn.h>
-#include <stdio.h>
 #include <avahi-client/client.h>
 #include <avahi-client/publish.h>
 #include <avahi-client/lookup.h>
@@ -45,28 +43,12 @@ struct peerlink_libavahi {
 };
 #undef PEERLINK_LIBAVAHI_FIELD
 
-/// Loads libavahi-client.so.3 and fills `api` (RTLD_NOW: every symbol resolved here). 0 on success; -1
-/// with `error` saying what failed (the loader's message, or the function the library lacks).
-/// The library stays loaded for the life of the process.
-static inline int peerlink_libavahi_load(struct peerlink_libavahi *api, char *error, size_t size) {
-    void *library = dlopen(PEERLINK_LIBAVAHI_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) {
-        const char *why = dlerror();
-        snprintf(error, size, "%s", why != NULL ? why : "cannot load " PEERLINK_LIBAVAHI_SONAME);
-        return -1;
-    }
-#define PEERLINK_LIBAVAHI_LOOKUP(name) \
-    { \
-        void *symbol = dlsym(library, #name); \
-        if (symbol == NULL) { \
-            snprintf(error, size, PEERLINK_LIBAVAHI_SONAME " has no function %s", #name); \
-            return -1; \
-        } \
-        *(void **)&api->name = symbol; \
-    }
-    PEERLINK_LIBAVAHI_FUNCTIONS(PEERLINK_LIBAVAHI_LOOKUP)
-#undef PEERLINK_LIBAVAHI_LOOKUP
-    return 0;
+#define PEERLINK_LIBAVAHI_NAME(name) #name "\0"
+/// The same functions' names in the table's order, each ended by a NUL and the list by an
+/// empty name: what SystemKit's `SharedLibrary.functions` reads to fill the table.
+static inline const char *peerlink_libavahi_symbols(void) {
+    return PEERLINK_LIBAVAHI_FUNCTIONS(PEERLINK_LIBAVAHI_NAME);
 }
+#undef PEERLINK_LIBAVAHI_NAME
 
 #endif

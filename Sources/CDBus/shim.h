@@ -1,16 +1,14 @@
 #ifndef PEERLINK_CDBUS_SHIM_H
 #define PEERLINK_CDBUS_SHIM_H
-// libdbus-1 for the DBus module, loaded at run time (dlopen), as COpenSSL's shim.h explains
-// for OpenSSL: the binary is also the `peerlink` CLI, which never uses D-Bus, and loading
-// libdbus-1 (and libsystemd and the compression and crypto libraries it brings) was most of
-// what the dynamic loader still did at every CLI start. No module links it (module.modulemap
-// has no `link` line); the DBus module calls libdbus through the table below, filled by
-// peerlink_libdbus_load the first time D-Bus is used (the daemon does that first thing at
-// start, so a missing libdbus-1-3 is still an error at start). Each entry's type is the
-// header's own declaration (__typeof__), so a call through the table is checked exactly as a
-// direct call, and a direct call does not link.
-#include <dlfcn.h>
-#include <stdio.h>
+// libdbus-1 for the DBus module, loaded at run time (dlopen), as COpenSSL's shim.h explains for
+// OpenSSL: the binary is also the `peerlink` CLI, which never uses D-Bus, and loading libdbus-1
+// (and libsystemd and the compression and crypto libraries it brings) was most of what the
+// dynamic loader still did at every CLI start. No module links it (module.modulemap has no `link`
+// line); the DBus module calls libdbus through the table below, filled by SystemKit's
+// SharedLibrary loader the first time D-Bus is used (the daemon does that first thing at start,
+// so a missing libdbus-1-3 is still an error at start). Each entry's type is the header's own
+// declaration (__typeof__), so a call through the table is checked exactly as a direct call, and
+// a direct call does not link.
 #include <dbus/dbus.h>
 
 /// The soname loaded (Debian's libdbus-1-3).
@@ -65,28 +63,12 @@ struct peerlink_libdbus {
 };
 #undef PEERLINK_LIBDBUS_FIELD
 
-/// Loads libdbus-1.so.3 and fills `api` (RTLD_NOW: every symbol resolved here). 0 on success; -1
-/// with `error` saying what failed (the loader's message, or the function the library lacks).
-/// The library stays loaded for the life of the process.
-static inline int peerlink_libdbus_load(struct peerlink_libdbus *api, char *error, size_t size) {
-    void *library = dlopen(PEERLINK_LIBDBUS_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) {
-        const char *why = dlerror();
-        snprintf(error, size, "%s", why != NULL ? why : "cannot load " PEERLINK_LIBDBUS_SONAME);
-        return -1;
-    }
-#define PEERLINK_LIBDBUS_LOOKUP(name) \
-    { \
-        void *symbol = dlsym(library, #name); \
-        if (symbol == NULL) { \
-            snprintf(error, size, PEERLINK_LIBDBUS_SONAME " has no function %s", #name); \
-            return -1; \
-        } \
-        *(void **)&api->name = symbol; \
-    }
-    PEERLINK_LIBDBUS_FUNCTIONS(PEERLINK_LIBDBUS_LOOKUP)
-#undef PEERLINK_LIBDBUS_LOOKUP
-    return 0;
+#define PEERLINK_LIBDBUS_NAME(name) #name "\0"
+/// The same functions' names in the table's order, each ended by a NUL and the list by an
+/// empty name: what SystemKit's `SharedLibrary.functions` reads to fill the table.
+static inline const char *peerlink_libdbus_symbols(void) {
+    return PEERLINK_LIBDBUS_FUNCTIONS(PEERLINK_LIBDBUS_NAME);
 }
+#undef PEERLINK_LIBDBUS_NAME
 
 #endif

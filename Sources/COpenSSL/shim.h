@@ -2,19 +2,17 @@
 #define PEERLINK_COPENSSL_SHIM_H
 // OpenSSL 3 for the TLS module, loaded at run time.
 //
-// Why dlopen: libssl and libcrypto are the largest libraries the binary would load, and
-// loading them means relocating thousands of their symbols before main. The package ships one
-// binary that is both the daemon and the `peerlink` CLI, which scripts call in loops and which
-// never uses TLS: linked, OpenSSL took about half of every CLI start. So no module links it
+// Why dlopen: libssl and libcrypto are the largest libraries the binary would load, and loading
+// them means relocating thousands of their symbols before main. The package ships one binary that
+// is both the daemon and the `peerlink` CLI, which scripts call in loops and which never uses
+// TLS: linked, OpenSSL took about half of every CLI start. So no module links it
 // (module.modulemap has no `link` line); the TLS module calls OpenSSL through the table below,
-// filled by peerlink_openssl_load the first time TLS is used (the daemon does that at start,
-// so a missing libssl3 is still an error at start). Each entry's type is the header's own
+// filled by SystemKit's SharedLibrary loader the first time TLS is used (the daemon does that at
+// start, so a missing libssl3 is still an error at start). Each entry's type is the header's own
 // declaration (__typeof__), so a call through the table is checked exactly as a direct call.
 //
 // The wrappers below exist because those OpenSSL calls are macros (over SSL_CTX_ctrl,
 // BIO_ctrl, CRYPTO_get_ex_new_index, a variadic function...), which Swift cannot import.
-#include <dlfcn.h>
-#include <stdio.h>
 #include <openssl/ssl.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -65,30 +63,13 @@ struct peerlink_openssl {
 };
 #undef PEERLINK_OPENSSL_FIELD
 
-/// Loads libssl.so.3 and fills `api` (RTLD_NOW: every symbol resolved here, not at a later
-/// call). 0 on success; -1 with `error` saying what failed (the loader's message, or the
-/// function the library lacks). The library stays loaded for the life of the process.
-static inline int peerlink_openssl_load(struct peerlink_openssl *api, char *error, size_t size) {
-    void *library = dlopen(PEERLINK_OPENSSL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) {
-        const char *why = dlerror();
-        snprintf(error, size, "%s", why != NULL ? why : "cannot load " PEERLINK_OPENSSL_SONAME);
-        return -1;
-    }
-    // dlsym on libssl's handle also finds libcrypto's functions (its dependency).
-#define PEERLINK_OPENSSL_LOOKUP(name) \
-    { \
-        void *symbol = dlsym(library, #name); \
-        if (symbol == NULL) { \
-            snprintf(error, size, PEERLINK_OPENSSL_SONAME " has no function %s", #name); \
-            return -1; \
-        } \
-        *(void **)&api->name = symbol; \
-    }
-    PEERLINK_OPENSSL_FUNCTIONS(PEERLINK_OPENSSL_LOOKUP)
-#undef PEERLINK_OPENSSL_LOOKUP
-    return 0;
+#define PEERLINK_OPENSSL_NAME(name) #name "\0"
+/// The same functions' names in the table's order, each ended by a NUL and the list by an
+/// empty name: what SystemKit's `SharedLibrary.functions` reads to fill the table.
+static inline const char *peerlink_openssl_symbols(void) {
+    return PEERLINK_OPENSSL_FUNCTIONS(PEERLINK_OPENSSL_NAME);
 }
+#undef PEERLINK_OPENSSL_NAME
 
 /// TLS 1.3 as both the lowest and the highest version the context accepts. 1 on success.
 static inline int peerlink_ctx_set_tls13_only(const struct peerlink_openssl *api, SSL_CTX *ctx) {

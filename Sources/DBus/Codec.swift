@@ -312,17 +312,17 @@ enum Codec {
                     var e = DBusMessageIter()
                     libdbus.dbus_message_iter_recurse(&sub, &e)
                     let k = read(&e)
-                    libdbus.dbus_message_iter_next(&e)
+                    _ = libdbus.dbus_message_iter_next(&e)
                     let v = read(&e)
                     entries.append(.init(k, v))
-                    libdbus.dbus_message_iter_next(&sub)
+                    _ = libdbus.dbus_message_iter_next(&sub)
                 }
                 return .dictionary(key: key, value: value, entries)
             }
             var items: [DBusValue] = []
             while libdbus.dbus_message_iter_get_arg_type(&sub) != DBUS_TYPE_INVALID {
                 items.append(read(&sub))
-                libdbus.dbus_message_iter_next(&sub)
+                _ = libdbus.dbus_message_iter_next(&sub)
             }
             return .array(element: element, items)
         default:

@@ -1,4 +1,5 @@
 internal import CDBus
+import SystemKit
 
 /// libdbus-1, loaded with `dlopen` the first time this module is used (CDBus's shim.h says
 /// why: the `peerlink` CLI, the same binary, never uses D-Bus and should not pay for loading
@@ -11,19 +12,9 @@ internal import CDBus
 /// daemon parses its configuration first) calls `require()` at start.
 public enum DBusLibrary {
     /// The outcome of the one load (a Swift global is initialised once, thread-safely).
-    static let loaded: Result<peerlink_libdbus, BusError> = {
-        let table = UnsafeMutablePointer<peerlink_libdbus>.allocate(capacity: 1)
-        defer { table.deallocate() }
-        var message = [CChar](repeating: 0, count: 512)
-        let status = message.withUnsafeMutableBufferPointer { buffer in
-            peerlink_libdbus_load(table, buffer.baseAddress, buffer.count)
-        }
-        guard status == 0 else {
-            let reason = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            return .failure(BusError(name: BusError.failed, message: "cannot load libdbus-1 (libdbus-1-3): \(reason)"))
-        }
-        return .success(table.pointee)
-    }()
+    static let loaded: Result<peerlink_libdbus, BusError> =
+        SharedLibrary.functions(peerlink_libdbus.self, soname: PEERLINK_LIBDBUS_SONAME, symbols: peerlink_libdbus_symbols())
+            .mapError { BusError(name: BusError.failed, message: "cannot load libdbus-1 (libdbus-1-3): \($0.reason)") }
 
     /// Loads libdbus-1 if it is not loaded yet; throws if it cannot be (every later call
     /// fails the same way: the loader is not asked twice).

@@ -73,12 +73,12 @@ extension BusConnection {
     /// Installs the watch, timeout, dispatch-status and filter hooks. On the queue.
     func installHooks() {
         let me = Unmanaged.passUnretained(self).toOpaque()
-        libdbus.dbus_connection_set_watch_functions(conn, { w, d in owner(d).addWatch(w!) ? 1 : 0 },
-                                            { w, d in owner(d).removeWatch(w!) },
-                                            { w, d in owner(d).toggleWatch(w!) }, me, nil)
-        libdbus.dbus_connection_set_timeout_functions(conn, { t, d in owner(d).addTimeout(t!) ? 1 : 0 },
-                                              { t, _ in BusConnection.removeTimeout(t!) },
-                                              { t, _ in BusConnection.toggleTimeout(t!) }, me, nil)
+        _ = libdbus.dbus_connection_set_watch_functions(conn, { w, d in owner(d).addWatch(w!) ? 1 : 0 },
+                                                { w, d in owner(d).removeWatch(w!) },
+                                                { w, d in owner(d).toggleWatch(w!) }, me, nil)
+        _ = libdbus.dbus_connection_set_timeout_functions(conn, { t, d in owner(d).addTimeout(t!) ? 1 : 0 },
+                                                  { t, _ in BusConnection.removeTimeout(t!) },
+                                                  { t, _ in BusConnection.toggleTimeout(t!) }, me, nil)
         libdbus.dbus_connection_set_dispatch_status_function(conn, { _, status, d in
             if status == DBUS_DISPATCH_DATA_REMAINS {
                 let c = owner(d)
@@ -89,7 +89,7 @@ extension BusConnection {
             let c = owner(d)
             c.queue.async { [weak c] in c?.dispatchAll() }
         }, me, nil)
-        libdbus.dbus_connection_add_filter(conn, { _, msg, d in owner(d).filter(msg!) }, me, nil)
+        _ = libdbus.dbus_connection_add_filter(conn, { _, msg, d in owner(d).filter(msg!) }, me, nil)
         dispatchAll()
     }
 

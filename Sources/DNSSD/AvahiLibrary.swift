@@ -1,4 +1,5 @@
 internal import CAvahi
+import SystemKit
 
 /// libavahi-client, loaded with `dlopen` the first time this module is used (CAvahi's shim.h
 /// says why: the `peerlink` CLI, the same binary, never uses Avahi).
@@ -9,24 +10,10 @@ internal import CAvahi
 enum AvahiLibrary {
     /// The outcome of the one load (a Swift global is initialised once, thread-safely): the
     /// functions, or why they cannot be had.
-    static let loaded: Result<peerlink_libavahi, LoadFailure> = {
-        let table = UnsafeMutablePointer<peerlink_libavahi>.allocate(capacity: 1)
-        defer { table.deallocate() }
-        var message = [CChar](repeating: 0, count: 512)
-        let status = message.withUnsafeMutableBufferPointer { buffer in
-            peerlink_libavahi_load(table, buffer.baseAddress, buffer.count)
-        }
-        guard status == 0 else {
-            let reason = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            return .failure(LoadFailure(reason: "cannot load libavahi-client (libavahi-client3): \(reason)"))
-        }
-        return .success(table.pointee)
-    }()
-
-    /// Why the library could not be loaded.
-    struct LoadFailure: Error {
-        let reason: String
-    }
+    static let loaded: Result<peerlink_libavahi, SharedLibrary.LoadFailure> =
+        SharedLibrary.functions(peerlink_libavahi.self, soname: PEERLINK_LIBAVAHI_SONAME,
+                                symbols: peerlink_libavahi_symbols())
+            .mapError { .init(reason: "cannot load libavahi-client (libavahi-client3): \($0.reason)") }
 
     /// Nil when the library is loaded (or loads now); otherwise why it cannot be.
     static var unavailableReason: String? {

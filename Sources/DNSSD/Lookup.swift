@@ -110,12 +110,12 @@ extension DNSSDClient {
     /// Frees `b`'s browser and resolvers (`free` false: `avahi_client_free` does).
     func dropBrowser(_ b: Browse, free: Bool) {
         for r in b.resolvers.values {
-            if free { libavahi.avahi_service_resolver_free(r.pointer) }
+            if free { _ = libavahi.avahi_service_resolver_free(r.pointer) }
             CallbackBox.release(r.box)
         }
         b.resolvers = [:]
         if let sb = b.browser {
-            if free { libavahi.avahi_service_browser_free(sb.pointer) }
+            if free { _ = libavahi.avahi_service_browser_free(sb.pointer) }
             CallbackBox.release(sb.box)
             b.browser = nil
         }
@@ -149,7 +149,7 @@ extension DNSSDClient {
             }
         case AVAHI_BROWSER_REMOVE:
             if let r = b.resolvers.removeValue(forKey: key) {
-                libavahi.avahi_service_resolver_free(r.pointer)
+                _ = libavahi.avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
             resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
@@ -182,7 +182,7 @@ extension DNSSDClient {
             resolveCache.withLock { $0.remove(name: name, type: type, domain: domain, interfaceIndex: iface, proto: protoName(proto)) }
             let e = avahiError("resolve \"\(name)\"").description
             if let r = b.resolvers.removeValue(forKey: key) {
-                libavahi.avahi_service_resolver_free(r.pointer)
+                _ = libavahi.avahi_service_resolver_free(r.pointer)
                 CallbackBox.release(r.box)
             }
             let found = FoundService(name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface),
@@ -326,9 +326,9 @@ extension DNSSDClient {
         for obj in o.objects {
             if free {
                 if o.id.hasPrefix("t") {
-                    libavahi.avahi_service_type_browser_free(obj.pointer)
+                    _ = libavahi.avahi_service_type_browser_free(obj.pointer)
                 } else {
-                    libavahi.avahi_service_resolver_free(obj.pointer)
+                    _ = libavahi.avahi_service_resolver_free(obj.pointer)
                 }
             }
             CallbackBox.release(obj.box)

@@ -200,7 +200,7 @@ extension DNSSDClient {
         case AVAHI_ENTRY_GROUP_COLLISION:
             // Someone on the network has the name: pick the alternative and publish again.
             rename(p, collision: "network")
-            libavahi.avahi_entry_group_reset(g)
+            _ = libavahi.avahi_entry_group_reset(g)
             if let e = fill(p, g) {
                 p.state = .failed
                 p.error = e.description
@@ -224,7 +224,7 @@ extension DNSSDClient {
     /// Forgets `p`'s entry group, freeing it when `free` (false: `avahi_client_free` does).
     func dropGroup(_ p: Publication, free: Bool, state: PublicationState) {
         if let g = p.group {
-            if free { libavahi.avahi_entry_group_free(g.pointer) }
+            if free { _ = libavahi.avahi_entry_group_free(g.pointer) }
             CallbackBox.release(g.box)
             p.group = nil
         }

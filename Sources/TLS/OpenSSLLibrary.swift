@@ -1,4 +1,5 @@
 internal import COpenSSL
+import SystemKit
 
 /// OpenSSL, loaded with `dlopen` the first time this module is used (COpenSSL's shim.h says
 /// why: the `peerlink` CLI, the same binary, never uses TLS and should not pay for loading
@@ -11,19 +12,9 @@ internal import COpenSSL
 /// made by one of those reaches the functions through `openSSL`, loaded by then.
 public enum OpenSSLLibrary {
     /// The outcome of the one load (a Swift global is initialised once, thread-safely).
-    static let loaded: Result<peerlink_openssl, TLSError> = {
-        let table = UnsafeMutablePointer<peerlink_openssl>.allocate(capacity: 1)
-        defer { table.deallocate() }
-        var message = [CChar](repeating: 0, count: 512)
-        let status = message.withUnsafeMutableBufferPointer { buffer in
-            peerlink_openssl_load(table, buffer.baseAddress, buffer.count)
-        }
-        guard status == 0 else {
-            let reason = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            return .failure(TLSError(.library, "cannot load OpenSSL 3 (libssl3): \(reason)"))
-        }
-        return .success(table.pointee)
-    }()
+    static let loaded: Result<peerlink_openssl, TLSError> =
+        SharedLibrary.functions(peerlink_openssl.self, soname: PEERLINK_OPENSSL_SONAME, symbols: peerlink_openssl_symbols())
+            .mapError { TLSError(.library, "cannot load OpenSSL 3 (libssl3): \($0.reason)") }
 
     /// Loads OpenSSL if it is not loaded yet; throws if it cannot be (every later call fails
     /// the same way: the loader is not asked twice).
