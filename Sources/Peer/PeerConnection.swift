@@ -279,8 +279,16 @@ public final class PeerConnection: Sendable {
             }
             guard let frame else { return }
             perform(s.machine.handle(.frame(frame), now: .now), &s, &events)
+            // A CREDIT may name a stream that ended (it crossed the end on the wire) or none
+            // at all: the machine counted it, and its entry goes as a data frame's does.
+            if case .credit(let id, _, _) = frame, id != 0, !s.transfers.isLive(id) {
+                _ = s.machine.handle(.streamEnded(streamID: id), now: .now)
+            }
         }
     }
+
+    /// Streams with flow-control state in the machine (tests: gone streams keep none).
+    package var flowEntryCount: Int { state.withLock { $0.machine.flowEntryCount } }
 
     private func ingestPendingTLS(_ s: inout State, _ events: inout [Delivered]) {
         while !s.pendingForTLS.isEmpty, s.tls != nil, !s.inputDead {

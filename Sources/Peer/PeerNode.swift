@@ -315,6 +315,12 @@ public final class PeerNode: Sendable {
         return cs.compactMap { summary($0) }
     }
 
+    /// Per connection, the streams with flow-control state (tests: gone streams keep none).
+    package var flowEntryCounts: [Int] {
+        let connections = state.withLock { Array($0.connections.values) }
+        return connections.map(\.flowEntryCount)
+    }
+
     /// What the node holds, for diagnostics: connections with their state, waiting `connect`
     /// calls, sessions.
     public var diagnostics: String {

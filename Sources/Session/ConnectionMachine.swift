@@ -43,6 +43,11 @@ public struct ConnectionMachine: Sendable {
     /// credit (`holdMessageCredit`): the bytes are returned once it can again, whether or
     /// not the message they belong to is whole, so a held message never waits on itself.
     private var receiveCredit = ReceiveCredit()
+    /// Streams with flow-control state on either side. The machine keeps an entry for any
+    /// stream id a frame names (a CREDIT's, a counted data frame's) until told
+    /// `.streamEnded`: the connection says so for every id that is not (or no longer) a live
+    /// resource or stream, so ids that are gone or made up keep nothing.
+    package var flowEntryCount: Int { sendCredit.trackedStreamCount + receiveCredit.trackedStreamCount }
     /// `holdMessageCredit(true)`: MESSAGE bytes that arrived since, not yet returned.
     private var heldMessageBytes: Int?
 

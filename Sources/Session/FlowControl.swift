@@ -63,6 +63,9 @@ public struct SendCredit: Sendable, Hashable {
 
     /// Forgets a finished stream's window.
     public mutating func remove(_ id: UInt32) { streams[id] = nil }
+
+    /// Streams with a window of their own (diagnostics and tests: gone streams keep none).
+    package var trackedStreamCount: Int { streams.count }
 }
 
 /// The receiver's view: what the peer may still send, and when to give it more.
@@ -133,4 +136,7 @@ public struct ReceiveCredit: Sendable, Hashable {
         streams[id] = nil
         pendingStream[id] = nil
     }
+
+    /// Streams with an entry of their own (diagnostics and tests: gone streams keep none).
+    package var trackedStreamCount: Int { Set(streams.keys).union(pendingStream.keys).count }
 }

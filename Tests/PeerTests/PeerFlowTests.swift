@@ -179,6 +179,24 @@ extension PeerFlowTests {
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
 
+    /// CREDITs for stream ids that are not there (made up, or ended before the CREDIT came)
+    /// leave the node no state: thousands of them, and the session goes on as before.
+    @Test func creditsForStreamsThatAreNotThereLeaveNothing() async throws {
+        let (a, raw, _) = try await Self.rawSession("credits")
+        defer { raw.close(); a.node.stop() }
+        #expect(try await ResourceWireTests.stillUp(a, raw, 1))
+        let before = a.node.flowEntryCounts
+        try await onThread {
+            for id in 1...5_000 as ClosedRange<UInt32> {
+                try raw.send(.credit(streamID: id, streamBytes: 65_536, connectionBytes: 0))
+            }
+        }
+        // Frames are handled in order: once this message is in, so are the CREDITs.
+        #expect(try await ResourceWireTests.stillUp(a, raw, 2))
+        #expect(a.node.flowEntryCounts == before, "\(before)")
+        #expect(before.count == 1)
+    }
+
     /// A node without an inbox declines every offered resource at once, as peer-protocol.md
     /// asks; a stream opened is reported to the application, a third at once is answered
     /// `busy`, and one with an id of the node's own parity `protocol-error`; the session goes on.

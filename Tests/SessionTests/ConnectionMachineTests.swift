@@ -64,6 +64,26 @@ import Testing
         }
     }
 
+    @Test func flowEntriesLastUntilTheStreamIsSaidToHaveEnded() {
+        var link = MachineLink()
+        link.connect()
+        // A CREDIT may come before the stream's first byte (when to grant is the receiver's
+        // choice): its window is kept, for any id, until the connection says it ended.
+        let before = link.machine(.listener).sendCredit.connection
+        link.feed(.listener, .frame(.credit(streamID: 8, streamBytes: 65_536, connectionBytes: 1)))
+        #expect(link.machine(.listener).sendCredit.available(on: 8) == 256 * 1024 + 65_536)
+        #expect(link.machine(.listener).sendCredit.connection == before + 1)
+        #expect(link.machine(.listener).flowEntryCount == 1)
+        link.feed(.listener, .streamEnded(streamID: 8))
+        #expect(link.machine(.listener).flowEntryCount == 0)
+        // Counted bytes of a stream, consumed, then its end: nothing stays.
+        link.feed(.listener, .frame(.streamData(streamID: 3, data: [1, 2, 3])))
+        link.feed(.listener, .consumed(streamID: 3, bytes: 3))
+        #expect(link.machine(.listener).flowEntryCount == 1)
+        link.feed(.listener, .streamEnded(streamID: 3))
+        #expect(link.machine(.listener).flowEntryCount == 0 && link.state(.listener) == .connected)
+    }
+
     @Test func declineIsSeenByBothSidesWithItsReason() {
         var link = MachineLink()
         link.feed(.dialer, .start)
