@@ -279,11 +279,12 @@ public final class PeerConnection: Sendable {
             }
             guard let frame else { return }
             perform(s.machine.handle(.frame(frame), now: .now), &s, &events)
-            // A CREDIT may name a stream that ended (it crossed the end on the wire) or none
-            // at all: the machine counted it, and its entry goes as a data frame's does.
-            if case .credit(let id, _, _) = frame, id != 0, !s.transfers.isLive(id) {
-                _ = s.machine.handle(.streamEnded(streamID: id), now: .now)
-            }
+            // A frame may name a stream that has ended (a CREDIT or data that crossed the end
+            // on the wire, a refused STREAM_OPEN) or one that never was: the machine counted
+            // it, and the id's flow-control entries go now. One check for every kind, after
+            // the transfers have had the frame (it may have ended the stream).
+            let id = frame.streamID
+            if id != 0, !s.transfers.isLive(id) { _ = s.machine.handle(.streamEnded(streamID: id), now: .now) }
         }
     }
 
@@ -368,10 +369,8 @@ public final class PeerConnection: Sendable {
 
     /// A resource or stream frame from the peer, for the transfers.
     private func transferFrame(_ f: Frame, _ s: inout State, _ events: inout [Delivered]) {
-        let outcome = s.transfers.received(f, from: s.machine.peerID, now: .now)
-        apply(outcome, &s, &events)
-        // Ended, or never existed: its flow-control entries go.
-        if !s.transfers.isLive(f.streamID) { _ = s.machine.handle(.streamEnded(streamID: f.streamID), now: .now) }
+        // Whether the stream's flow-control entries go is `drainFrames`' check, after this.
+        apply(s.transfers.received(f, from: s.machine.peerID, now: .now), &s, &events)
     }
 
     /// Carries out what the transfers asked: ended resources' and streams' bulk frames

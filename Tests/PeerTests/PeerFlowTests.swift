@@ -190,6 +190,12 @@ extension PeerFlowTests {
             for id in 1...5_000 as ClosedRange<UInt32> {
                 try raw.send(.credit(streamID: id, streamBytes: 65_536, connectionBytes: 0))
             }
+            // Data for streams and resources never opened: each refused, and counted by the
+            // machine against the windows, which must not keep an entry for the id either.
+            for id in 6_001...6_100 as ClosedRange<UInt32> {
+                try raw.send(.streamData(streamID: id, data: [1, 2, 3]))
+                try raw.send(.resourceData(resourceID: id + 1_000, data: [4, 5, 6]))
+            }
         }
         // Frames are handled in order: once this message is in, so are the CREDITs.
         #expect(try await ResourceWireTests.stillUp(a, raw, 2))
