@@ -390,6 +390,10 @@ struct ConfigParser {
         func bad(_ expected: String) -> ConfigError {
             ConfigError(file: file, line: line, key: key, reason: "expected \(expected), got \(value.debugDescription)")
         }
+        // Only keys `ConfigKeys` lists (what peerlink.conf(5), `--help` and the completions
+        // are made from) are taken, even where a case below would take one: a key added
+        // here alone is refused as unknown, so it cannot go undocumented.
+        guard DaemonConfig.knownKeys.contains(key) || registeredKeys.contains(key) else { throw unknownKey(key, line: line) }
         switch key {
         case "socket":
             guard value.hasPrefix("/"), value.utf8.count <= UnixSocket.maxPathLength, !value.contains("\0") else {
@@ -443,7 +447,6 @@ struct ConfigParser {
             default: throw bad("yes or no")
             }
         default:
-            guard registeredKeys.contains(key) else { throw unknownKey(key, line: line) }
             config.extra[key] = value
         }
     }
