@@ -3,14 +3,16 @@
 
     central.py --adapter hciN (--address AA:.. | --service UUID | --name NAME)
                [--char UUID] [--read] [--write TEXT] [--write-command TEXT]
-               [--subscribe N] [--ready-file F] [--restart S] [--hold] [--timeout S]
+               [--subscribe N] [--ready-file F] [--restart S] [--hold] [--pair] [--timeout S]
 
 Finds the peripheral (LE discovery with a filter, restarted every --restart seconds,
 default 2; SCANNING is printed each time the adapter reports Discovering), connects, waits
 for ServicesResolved, then on characteristic --char: reads (READ <hex> <text>), writes
 with response (WROTE request) and without (WROTE command), subscribes with StartNotify
 and prints every value change (NOTIFY <i> <hex> <text>) until N arrived. Prints
-FOUND <address> <name> first and MTU <n> when known. Exit 0 when everything asked for
+FOUND <address> <name> first and MTU <n> when known. With --pair it pairs once connected
+(Device1.Pair, its own NoInputNoOutput agent, so the peripheral's side is answered by
+bluetoothd's default agent: the peripheral's) and prints PAIRED. Exit 0 when everything asked for
 happened, 1 otherwise (reason on stderr). With --hold (and no --char) it stays connected
 (HOLDING) until the timeout or a signal ends it.
 """
@@ -20,6 +22,7 @@ import time
 
 import dbus
 import dbus.mainloop.glib
+import dbus.service
 from gi.repository import GLib
 
 BLUEZ = "org.bluez"
@@ -39,6 +42,49 @@ def text(b):
         return ""
 
 
+class Agent(dbus.service.Object):
+    """This central's own agent: just-works on its side, so that what the peripheral's side
+    is asked goes to the peripheral's agent (bluetoothd's default one)."""
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="", out_signature="")
+    def Release(self):
+        pass
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="o", out_signature="")
+    def RequestAuthorization(self, device):
+        pass
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="ou", out_signature="")
+    def RequestConfirmation(self, device, passkey):
+        pass
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="os", out_signature="")
+    def AuthorizeService(self, device, uuid):
+        pass
+
+    @dbus.service.method("org.bluez.Agent1", in_signature="", out_signature="")
+    def Cancel(self):
+        pass
+
+
+def pair(bus, dev, deadline, fail):
+    """Device1.Pair with this central's agent registered (not as the default), the GLib loop
+    running so the agent can answer while the call is under way."""
+    path = "/lab/central/agent"
+    Agent(bus, path)
+    manager = dbus.Interface(bus.get_object(BLUEZ, "/org/bluez"), "org.bluez.AgentManager1")
+    manager.RegisterAgent(path, "NoInputNoOutput")
+    loop = GLib.MainLoop()
+    result = []
+    dev.Pair(reply_handler=lambda: (result.append(None), loop.quit()),
+             error_handler=lambda e: (result.append(e), loop.quit()),
+             timeout=max(10, deadline - time.time()))
+    loop.run()
+    manager.UnregisterAgent(path)
+    if result[0] is not None:
+        fail(f"pair failed: {result[0].get_dbus_name()}: {result[0]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--adapter", required=True)
@@ -54,6 +100,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--restart", type=float, default=2.0, help="restart discovery every S seconds")
     ap.add_argument("--hold", action="store_true", help="stay connected until the timeout")
+    ap.add_argument("--pair", action="store_true", help="pair once connected")
     a = ap.parse_args()
     dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
     bus = dbus.SystemBus()
@@ -138,6 +185,9 @@ def main():
             fail("services not resolved")
         time.sleep(0.1)
     print("CONNECTED")
+    if a.pair:
+        pair(bus, dev, deadline, fail)
+        print("PAIRED")
     if not a.char:
         if a.hold:
             print("HOLDING")

@@ -296,11 +296,14 @@ adapter_powered() { adapter_prop "$1" Powered; }
 # wait until the spawned LOG contains TEXT; if it does not within 15 s, stop and start the
 # advertisement again (up to 4 times). The emulator reports an advertiser to a scanner only
 # when one of them is (re)enabled and in about one run in five misses even that (README).
+# DAEMON "-" is the installed service (the CLI's default socket), as 90-systemd-unit runs it.
 advertise_until_seen() {
     local daemon=$1 log=$2 text=$3 try; shift 3
+    local cli=(pl "$daemon")
+    [ "$daemon" != - ] || cli=(timeout 30 peerlink)
     for try in 1 2 3 4; do
-        [ "$try" = 1 ] || { note "not seen yet: advertising again (try $try)"; pl "$daemon" advertise stop >/dev/null; }
-        pl "$daemon" advertise start "$@" >/dev/null || return 1
+        [ "$try" = 1 ] || { note "not seen yet: advertising again (try $try)"; "${cli[@]}" advertise stop >/dev/null; }
+        "${cli[@]}" advertise start "$@" >/dev/null || return 1
         wait_log 15 "$log" "$text" && return 0
     done
     return 1
