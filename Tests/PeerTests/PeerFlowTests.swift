@@ -179,8 +179,9 @@ extension PeerFlowTests {
         #expect(reason == .flowControl && text.contains("past 2147483647"), "\(text)")
     }
 
-    /// CREDITs for stream ids that are not there (made up, or ended before the CREDIT came)
-    /// leave the node no state: thousands of them, and the session goes on as before.
+    /// CREDITs for stream ids that are not there (made up, or ended before the CREDIT came),
+    /// and data frames for streams and resources never opened, leave the node no state:
+    /// thousands of them, and the session goes on as before.
     @Test func creditsForStreamsThatAreNotThereLeaveNothing() async throws {
         let (a, raw, _) = try await Self.rawSession("credits")
         defer { raw.close(); a.node.stop() }
