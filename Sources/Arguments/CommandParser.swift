@@ -164,9 +164,11 @@ private struct ParseState {
         if arg.hasPrefix("--") {
             let body = arg.dropFirst(2)
             let name: Substring
-            if let eq = body.firstIndex(of: "=") {
-                name = body[..<eq]
-                inlineValue = String(body[body.index(after: eq)...])
+            // The "=" scalar: a value starting with a combining mark would make "=" and the
+            // mark one Character, and "--name=\u{301}x" an unknown option.
+            if let eq = body.unicodeScalars.firstIndex(of: "=") {
+                name = Substring(body.unicodeScalars[..<eq])
+                inlineValue = String(body.unicodeScalars[body.unicodeScalars.index(after: eq)...])
             } else {
                 name = body
             }

@@ -26,7 +26,8 @@ enum PeerDiscoveryCommands {
             if v.flag("stop") { return RPCCall(method: ControlMethod.peerUnadvertise, params: ["type": type]) }
             var info: [String: JSONValue] = [:]
             for entry in v.strings("info") {
-                let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                // At the "=" scalar: a value may start with a combining mark (one Character with "=").
+                let parts = entry.unicodeScalars.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 guard parts.count == 2, !parts[0].isEmpty else { throw .usage(UsageError("--info expects key=value, got \"\(entry)\"", commandPath: ["peerlink", "peer", "advertise"])) }
                 info[String(parts[0])] = .string(String(parts[1]))
             }

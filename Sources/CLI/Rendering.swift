@@ -60,7 +60,10 @@ public enum Rendering {
     /// `s` bare, or in double quotes (JSON's escapes) when it is empty or has a space, quote,
     /// comma, line break or (when asked) "=".
     private static func word(_ s: String, quotingEquals: Bool) -> String {
-        let plain = !s.isEmpty && !s.contains { $0 == " " || $0 == "\"" || $0 == "," || $0.isNewline || (quotingEquals && $0 == "=") }
+        // Scalars: a space or "=" followed by a combining mark is another Character, and would
+        // go unquoted (read back as two words, or as key=value).
+        let plain = !s.isEmpty && !s.contains(where: \.isNewline)
+            && !s.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "," || (quotingEquals && $0 == "=") }
         return plain ? s : JSONValue.string(s).description
     }
 

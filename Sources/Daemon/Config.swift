@@ -331,10 +331,12 @@ struct ConfigParser {
     /// Splits `key = value`; the value may be double-quoted (with `\"`, `\\`, `\n`, `\t`
     /// escapes) and may be followed by a comment after whitespace.
     private func keyAndValue(_ line: Substring, line number: Int) throws(ConfigError) -> (String, String) {
-        guard let equals = line.firstIndex(of: "=") else { throw malformed(line, number) }
-        let key = trim(line[..<equals])
+        // Split at the "=" scalar: as a Character, "=" followed by a combining mark is another
+        // character, and "name=\u{301}x" would have no "=" at all.
+        guard let equals = line.unicodeScalars.firstIndex(of: "=") else { throw malformed(line, number) }
+        let key = trim(Substring(line.unicodeScalars[..<equals]))
         guard !key.isEmpty, key.allSatisfy(isNameCharacter) else { throw malformed(line, number) }
-        let rest = trim(line[line.index(after: equals)...])
+        let rest = trim(Substring(line.unicodeScalars[line.unicodeScalars.index(after: equals)...]))
         if rest.first == "\"" {
             return (String(key), try quoted(rest, key: String(key), line: number))
         }

@@ -16,7 +16,8 @@ extension DNSSDCapability {
             }
         } else if case .object(let members) = v {
             for key in members.keys.sorted() {
-                if key.contains("=") { throw .invalidParams("txt", "the key \"\(key)\" must not contain '='") }
+                // Scalars, not Characters: "=" followed by a combining mark is one Character.
+                if key.unicodeScalars.contains("=") { throw .invalidParams("txt", "the key \"\(key)\" must not contain '='") }
                 switch members[key]! {
                 case .string(let s): entries.append("\(key)=\(s)")
                 case .bool(true): entries.append(key)

@@ -68,6 +68,8 @@ func run(_ args: [String]) throws -> Invocation {
             #expect(v.values.string("state") == "off")
         }
         #expect(try run(["adapter", "power", "--adapter=", "on"]).values.string("adapter") == "")
+        // "=" then a combining mark is one Character; the option still ends at the "=".
+        #expect(try run(["adapter", "power", "--adapter=\u{301}x", "on"]).values.string("adapter") == "\u{301}x")
     }
 
     @Test func globalOptionsBeforeOrAfterTheSubcommand() throws {

@@ -26,6 +26,17 @@ import Testing
         #expect(run.out == "advertising _cmj-stream._tcp as KenshinCui_Advertiser on port 4711 (established)\nwarning: the discovery record is 420 bytes\n")
     }
 
+    @Test func advertiseInfoValueMayStartWithACombiningMark() throws {
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("peer.advertise")
+            #expect(r.params.values == ["type": "cmj-stream", "info": ["room": "\u{301}a"]])
+            try c.reply(r, ["type": "cmj-stream", "service_type": "_cmj-stream._tcp", "name": "n", "port": 1, "state": "established"])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "advertise", "cmj-stream", "--info", "room=\u{301}a"], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+    }
+
     @Test func advertiseInfoMustBeKeyValue() {
         let run = peerlink(["peer", "advertise", "cmj-stream", "--info", "novalue"])
         #expect(run.code == 2 && run.err.contains("--info expects key=value"), "\(run.err)")

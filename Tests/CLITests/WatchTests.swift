@@ -103,6 +103,9 @@ import Testing
             == #"T central.discovered 00:AA:01:00:00:01 manufacturer_data=(id=76 value_hex=02) txt=a=1,"b c" uuids=-"#)
         #expect(WatchCommand.line(for: ["topic": "x", "time": "T", "data": [1, "two"]]) == "T x 1,two")
         #expect(WatchCommand.line(for: ["topic": "x", "time": "T"]) == "T x")
+        // A space or "=" followed by a combining mark still quotes the word.
+        #expect(WatchCommand.line(for: ["topic": "x", "time": "T", "data": ["a": "b \u{301}c", "l": ["k=\u{301}v"]]])
+            == "T x a=\"b \u{301}c\" l=k=\u{301}v")
         #expect(Rendering.duration(seconds: 42.9) == "42s")
         #expect(Rendering.duration(seconds: 90_061) == "1d 1h")
     }

@@ -178,4 +178,13 @@ import Testing
         #expect(Self.message { () throws(RPCError) in try AgentCapability.policy(RPCParams(["policy": "passkey 12"])) }
             == "invalid params: policy: expected just-works, confirm, passkey NNNNNN (six digits) or reject, got \"passkey 12\"")
     }
+
+    @Test func txtKeysHaveNoEquals() throws {
+        #expect(try DNSSDCapability.txt(RPCParams(["txt": ["b": "2", "a": true]])).strings == ["a", "b=2"])
+        #expect(Self.message { () throws(RPCError) in try DNSSDCapability.txt(RPCParams(["txt": ["a=b": "1"]])) }
+            == "invalid params: txt: the key \"a=b\" must not contain '='")
+        // "=" then a combining mark is one Character, which is not "=": still refused.
+        #expect(Self.message { () throws(RPCError) in try DNSSDCapability.txt(RPCParams(["txt": ["a=\u{301}": "1"]])) }
+            == "invalid params: txt: the key \"a=\u{301}\" must not contain '='")
+    }
 }

@@ -220,6 +220,9 @@ private func ownGroupName() -> String {
             """)
         #expect(c.logLevel == .notice)
         #expect(c.extra == ["dnssd.name": "Living room", "dnssd.port": "7000"])
+        // A value that starts with a combining mark: "=" and the mark are one Character, and
+        // the line is still split at its "=" (it was "malformed").
+        #expect(try parser.parse("[dnssd]\nname=\u{301}Salon").extra == ["dnssd.name": "\u{301}Salon"])
         #expect(throws: ConfigError(file: "t.conf", line: 2, key: "dnssd.nam",
                                     reason: "unknown key; did you mean 'dnssd.name'?")) {
             try parser.parse("[dnssd]\nnam = x")
