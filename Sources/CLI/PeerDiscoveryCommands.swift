@@ -85,6 +85,7 @@ enum PeerDiscoveryCommands {
         options: [
             .value("count", valueName: "n", parser: .count, help: "Exit after n events."),
             .value("timeout", key: "watch-timeout", valueName: "seconds", parser: .seconds, help: "Stop after this many seconds."),
+            WatchCommand.readyFile,
         ],
         action: .custom(runWatch))
 

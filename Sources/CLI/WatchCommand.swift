@@ -1,5 +1,6 @@
 import Arguments
 import Control
+import SystemKit
 
 /// `peerlink watch`: subscribe to events and print them as they arrive.
 enum WatchCommand {
@@ -19,8 +20,14 @@ enum WatchCommand {
             .value("count", valueName: "n", parser: .count, help: "Exit after n events."),
             .value("timeout", key: "watch-timeout", valueName: "seconds", parser: .seconds,
                    help: "Stop after this many seconds."),
+            readyFile,
         ],
         action: .custom(run))
+
+    /// `--ready-file PATH`, shared with `peer watch`.
+    static let readyFile = Option.value(
+        "ready-file", valueName: "path", parser: .path,
+        help: "Create this (empty) file once subscribed: events caused after it appears are seen.")
 
     static func run(_ context: CommandContext) throws(CLIError) -> Int32 {
         try printEvents(context, topics: context.values.strings("topic"), count: context.values.int("count"),
@@ -29,7 +36,10 @@ enum WatchCommand {
 
     /// Subscribes to `topics` (all when empty) and prints one line per event (`line`, or the
     /// event as JSON with --json) until `count` events, `seconds` or the end; running out of
-    /// time before `count` is an error (exit 1). `watch` and `peer watch` share it.
+    /// time before `count` is an error (exit 1). `watch` and `peer watch` share it. With
+    /// --ready-file, the file is created once the daemon has answered the subscription: from
+    /// then on every event is delivered to this client, so a script that starts an action after
+    /// seeing the file cannot miss the action's events (a fixed sleep could).
     static func printEvents(_ context: CommandContext, topics: [String], count: Int?, seconds duration: Double?,
                             line: (JSONValue) -> String) throws(CLIError) -> Int32 {
         let client = try context.connect()
@@ -37,6 +47,13 @@ enum WatchCommand {
         var params: [String: JSONValue] = [:]
         if !topics.isEmpty { params["topics"] = .array(topics.map(JSONValue.string)) }
         _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
+        if let path = context.values.string("ready-file") {
+            do {
+                try AtomicFile.write([], to: path, mode: 0o644)
+            } catch {
+                throw .failure("cannot create the ready file \(path): \(error)", exitCode: 1)
+            }
+        }
         context.onStreamingStarted()
 
         let events = EventReader(client: client, seconds: duration)

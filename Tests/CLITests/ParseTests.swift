@@ -81,7 +81,7 @@ import Testing
             #expect(run.out.hasPrefix("OVERVIEW: Power an adapter on or off.\n"), "\(args)")
             #expect(run.out.contains("USAGE: peerlink adapter power [--adapter <hciN|address>] [--timeout <seconds>] <state>\n"))
         }
-        #expect(peerlink(["help", "watch"]).out.contains("USAGE: peerlink watch [--topic <topic> ...] [--count <n>] [--timeout <seconds>]\n"))
+        #expect(peerlink(["help", "watch"]).out.contains("USAGE: peerlink watch [--topic <topic> ...] [--count <n>] [--timeout <seconds>] [--ready-file <path>]\n"))
         let version = peerlink(["--version"])
         #expect(version.code == 0 && version.out == "peerlink \(PeerlinkCLI.version)\n")
     }

@@ -1,4 +1,5 @@
 import Control
+import Foundation
 import Testing
 @testable import CLI
 
@@ -91,6 +92,55 @@ import Testing
         let run = peerlink(["watch", "--topic", "x"], daemon: daemon)
         #expect(run.code == 1)
         #expect(run.err.hasPrefix("peerlink: error: invalid params: topics: unknown topic 'x'\n"))
+    }
+
+    /// --ready-file appears once the daemon answered the subscription, not before: a script
+    /// that waits for it then acts misses none of the events its action causes.
+    @Test(arguments: [["watch", "--count", "1"], ["peer", "watch", "--count", "1"]])
+    func readyFileAppearsOnceSubscribed(_ command: [String]) throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pl-watch-\(UUID().uuidString.prefix(6))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let ready = dir.appendingPathComponent("ready").path
+        let daemon = try FakeDaemon { c in
+            let r = try c.expect("events.subscribe")
+            let early = FileManager.default.fileExists(atPath: ready)
+            try c.reply(r, [:])
+            // The CLI creates the file after reading the reply; wait for it (bounded), then
+            // send the event a script would cause.
+            var waited = 0
+            while !FileManager.default.fileExists(atPath: ready), waited < 1000 {
+                usleep(10_000)
+                waited += 1
+            }
+            let late = FileManager.default.fileExists(atPath: ready)
+            try c.event(early ? "ready.too-early" : late ? "peer.session" : "ready.missing", [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["--json"] + command + ["--ready-file", ready], daemon: daemon)
+        #expect(run.code == 0, "\(run.err)")
+        #expect(try JSONValue.parse(run.out.trimmingCharacters(in: .newlines))["topic"] == "peer.session")
+        #expect((try? FileManager.default.attributesOfItem(atPath: ready)[.size] as? Int) == 0)
+    }
+
+    @Test func readyFileThatCannotBeMadeFailsNamingIt() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), [:])
+            c.waitForClose()
+        }
+        let run = peerlink(["watch", "--ready-file", "/nonexistent-dir/ready"], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(run.err.hasPrefix("peerlink: cannot create the ready file /nonexistent-dir/ready: "))
+    }
+
+    @Test func readyFileIsNotMadeWhenTheSubscriptionFails() throws {
+        let ready = FileManager.default.temporaryDirectory.appendingPathComponent("pl-ready-\(UUID().uuidString.prefix(6))").path
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), error: .invalidParams("topics", "unknown topic 'x'"))
+        }
+        let run = peerlink(["watch", "--topic", "x", "--ready-file", ready], daemon: daemon)
+        #expect(run.code == 1)
+        #expect(!FileManager.default.fileExists(atPath: ready))
     }
 
     @Test func eventRendering() {

@@ -120,6 +120,22 @@ spawn() {
     note "spawned $name (pid $SPAWN_PID): $*"
 }
 
+# spawn_watch NAME COMMAND...: spawn a `peerlink watch` or `peerlink peer watch` COMMAND as
+# NAME with `--ready-file` appended, and return once it has subscribed (the file exists), so
+# it sees the events of whatever the scenario does next. A fixed sleep here was a race under
+# the emulator, where starting the CLI can take longer than any guess. Fails when the watch
+# exits first or has not subscribed within 60 s.
+spawn_watch() {
+    local name=$1; shift
+    local ready="$LAB_OUT/$name.ready"
+    rm -f "$ready"
+    spawn "$name" "$@" --ready-file "$ready"
+    local pid=$SPAWN_PID
+    _subscribed_or_gone() { [ -e "$ready" ] || ! kill -0 "$pid" 2>/dev/null; }
+    wait_for 60 _subscribed_or_gone
+    [ -e "$ready" ] || fail "$name did not subscribe within 60 s or exited: $(cat "$(log_of "$name")")"
+}
+
 # log_of NAME: path of a spawned process's (or daemon's) log.
 log_of() { echo "$LAB_OUT/$1.log"; }
 

@@ -23,7 +23,7 @@ _peerlink_options() {
     'adapter') echo '--socket --json --verbose --timeout --help -h' ;;
     'adapter list') echo '--socket --json --verbose --timeout --help -h' ;;
     'adapter power') echo '--adapter --timeout --socket --json --verbose --help -h' ;;
-    'watch') echo '--topic --count --timeout --socket --json --verbose --help -h' ;;
+    'watch') echo '--topic --count --timeout --ready-file --socket --json --verbose --help -h' ;;
     'gatt') echo '--socket --json --verbose --timeout --help -h' ;;
     'gatt register') echo '--adapter --socket --json --verbose --timeout --help -h' ;;
     'gatt unregister') echo '--socket --json --verbose --timeout --help -h' ;;
@@ -85,7 +85,7 @@ _peerlink_options() {
     'peer advertise') echo '--info --stop --socket --json --verbose --timeout --help -h' ;;
     'peer browse') echo '--timeout --socket --json --verbose --help -h' ;;
     'peer invite') echo '--type --context --wait --find --socket --json --verbose --timeout --help -h' ;;
-    'peer watch') echo '--count --timeout --socket --json --verbose --help -h' ;;
+    'peer watch') echo '--count --timeout --ready-file --socket --json --verbose --help -h' ;;
     esac
 }
 
@@ -106,6 +106,7 @@ _peerlink_option_value() {
     'watch|--topic') echo 'text' ;;
     'watch|--count') echo 'text' ;;
     'watch|--timeout') echo 'text' ;;
+    'watch|--ready-file') echo 'file' ;;
     'watch|--socket') echo 'file' ;;
     'gatt|--socket') echo 'file' ;;
     'gatt|--timeout') echo 'text' ;;
@@ -295,6 +296,7 @@ _peerlink_option_value() {
     'peer invite|--timeout') echo 'text' ;;
     'peer watch|--count') echo 'text' ;;
     'peer watch|--timeout') echo 'text' ;;
+    'peer watch|--ready-file') echo 'file' ;;
     'peer watch|--socket') echo 'file' ;;
     *) echo flag ;;
     esac

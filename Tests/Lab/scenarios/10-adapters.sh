@@ -57,14 +57,11 @@ check_status b hci1 $HCI1
 
 note "power off/on hci0 while watching adapter events"
 watch_adapter() {
-    pl a --json watch --topic adapter.powered --count 2 --timeout 20 >"$LAB_OUT/watch.jsonl"
+    pl a --json watch --topic adapter.powered --count 2 --timeout 20 "$@" >"$LAB_OUT/watch.jsonl"
 }
-spawn watch watch_adapter
+# Returns once the watcher has subscribed (its --ready-file).
+spawn_watch watch watch_adapter
 watch_pid=$SPAWN_PID
-# No way to see the subscription from outside: give the watcher time to
-# connect and subscribe (TCG is slow), and make sure it is still there.
-sleep 1.5
-kill -0 "$watch_pid" 2>/dev/null || fail "watch exited early: $(cat "$(log_of watch)" "$LAB_OUT/watch.jsonl")"
 
 expect_rc 0 pl a adapter power off --adapter hci0
 powered_is() { [ "$(adapter_powered "$1")" = "$2" ]; }

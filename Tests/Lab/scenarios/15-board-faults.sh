@@ -133,8 +133,7 @@ assert_contains "$log" "Read-only file system" "the reason"
 mount -o remount,rw "$STATE" || fail "cannot remount $STATE read-write"
 
 note "3. the wall clock jumps"
-spawn events pl_watch a --json watch --topic advertise --topic bluez --timeout 120
-sleep 1
+spawn_watch events pl_watch a --json watch --topic advertise --topic bluez --timeout 120
 expect_rc 0 pl a advertise start --name board-faults --timeout 120
 up0=$(pl a --json status | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["uptime_seconds"])')
 JUMPED="$(date +%s.%N) $(cut -d' ' -f1 /proc/uptime)"

@@ -34,8 +34,7 @@ cat >"$LAB_OUT/app.json" <<JSON
 JSON
 
 note "events of the peripheral, recorded from the start"
-spawn events pl_watch p --json watch --topic gatt
-sleep 1
+spawn_watch events pl_watch p --json watch --topic gatt
 
 note "register the application and advertise name + 128-bit service UUID"
 expect_rc 0 pl p --json gatt register "$LAB_OUT/app.json"

@@ -28,8 +28,7 @@ lab_restart_btvirt && lab_power_all_on || fail "btvirt with 4 controllers did no
 
 start_peerlinkd p hci0
 start_peerlinkd z hci3
-spawn events pl_watch p --json watch --topic gatt
-sleep 1
+spawn_watch events pl_watch p --json watch --topic gatt
 expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
 
 # scanner_first DAEMON ADV-ARGS -- NAME CENTRAL-ARGS...: with DAEMON's advertisement stopped,

@@ -16,8 +16,7 @@ cat >"$LAB_OUT/app.json" <<JSON
 {"name": "lab", "services": [{"uuid": "$SVC", "characteristics": [
   {"uuid": "$WCHR", "flags": ["read", "write", "write-without-response"], "value": "initial", "max_length": 64}]}]}
 JSON
-spawn events pl_watch p --json watch --topic gatt
-sleep 1
+spawn_watch events pl_watch p --json watch --topic gatt
 expect_rc 0 pl p gatt register "$LAB_OUT/app.json"
 note "writes: with response and without, seen as events naming the device, stored in order"
 # bluetoothd 5.66 does not tell a local characteristic the write type (newer versions do): the

@@ -18,8 +18,7 @@ expect_rc 0 pl p advertise start --name "$NAME" --service $SVC
 expect_rc 0 central --adapter hci1 --service $SVC --char $CHR --read --timeout 60
 assert_contains "$RUN_OUT" "READ " "read before the restart"
 
-spawn events pl_watch p --json watch --topic gatt.reregistered --topic advertise.restarted --topic bluez --count 4 --timeout 90
-sleep 1
+spawn_watch events pl_watch p --json watch --topic gatt.reregistered --topic advertise.restarted --topic bluez --count 4 --timeout 90
 note "kill bluetoothd"
 lab_stop_bluetoothd || fail "bluetoothd did not stop"
 wait_log 10 events bluez.unavailable || fail "no bluez.unavailable event: $(cat "$(log_of events)")"

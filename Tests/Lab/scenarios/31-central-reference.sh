@@ -14,7 +14,7 @@ discovering() { test "$(adapter_prop hci0 Discovering)" = true; }
 start_peerlinkd p hci1
 start_peerlinkd c hci0
 expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
-spawn events pl_watch c --json watch --topic central
+spawn_watch events pl_watch c --json watch --topic central
 
 note "scan for the reference service (scanner first), then the peripheral advertises"
 spawn scan pl_watch c --json scan --service $SVC --count 1 --timeout 90

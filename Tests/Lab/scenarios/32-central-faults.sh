@@ -25,8 +25,7 @@ spawn scan0 pl_watch c --json scan --service $SVC --count 1 --timeout 90
 wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan0)")"
 advertise_until_seen p scan0 "\"$ADDR\"" --name "$NAME" --service $SVC || fail "the peripheral was not found: $(cat "$(log_of scan0)")"
 note "keep-connected: the peripheral disappears mid-subscription and comes back"
-spawn events pl_watch c --json watch --topic central
-sleep 1
+spawn_watch events pl_watch c --json watch --topic central
 expect_rc 0 pl c connect "$ADDR" --keep --timeout 40
 spawn sub pl_watch c --json subscribe "$ADDR" $CHR --timeout 300
 wait_for 20 grep -q . "$(log_of sub)" 2>/dev/null; sleep 2

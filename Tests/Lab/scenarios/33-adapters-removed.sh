@@ -29,9 +29,8 @@ start_peerlinkd p hci1
 start_peerlinkd c hci0
 PID_P=${PEERLINKD_PID[p]} PID_C=${PEERLINKD_PID[c]}
 expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
-spawn pevents pl_watch p --json watch --topic gatt --topic advertise --topic adapter
-spawn cevents pl_watch c --json watch --topic central --topic adapter
-sleep 1
+spawn_watch pevents pl_watch p --json watch --topic gatt --topic advertise --topic adapter
+spawn_watch cevents pl_watch c --json watch --topic central --topic adapter
 
 note "the central finds the peripheral, connects and subscribes"
 spawn scan0 pl_watch c --json scan --service $SVC --count 1 --timeout 90

@@ -100,7 +100,7 @@ note "2b. bluetoothd calls back into the service-run daemon's pairing agent: an 
 # The emulator shows an advertiser to a scanner when one of them is (re)enabled: step 2's
 # advertisement stops, the central scans, then the advertisement starts again.
 CENTRAL_ADDR=$(adapter_addr hci1)
-spawn agentev timeout 150 peerlink --json watch --topic agent --count 1 --timeout 140
+spawn_watch agentev timeout 150 peerlink --json watch --topic agent --count 1 --timeout 140
 AGENTEV=$SPAWN_PID
 run timeout 30 peerlink advertise stop
 assert_eq "$RUN_RC" 0 "advertise stop"
@@ -149,9 +149,8 @@ ID0=$(peerlink --json peer identity | "$PY3" -c 'import json,sys; print(json.loa
 TRUSTED=$(printf 'cd%.0s' $(seq 32))
 run timeout 30 peerlink peer trust "$TRUSTED"
 assert_eq "$RUN_RC" 0 "peer trust"
-spawn watch4 timeout 120 peerlink --json watch --topic adapter --topic gatt
+spawn_watch watch4 timeout 120 peerlink --json watch --topic adapter --topic gatt
 WATCH4=$SPAWN_PID
-sleep 1
 N0=$(prop NRestarts)
 kill -9 "$PID"
 wait_for 60 restarted_from "$PID" || fail "not restarted after kill -9: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
@@ -284,7 +283,7 @@ PTS=$(last_pts)
 attach attach1 "$PTS"; OLD=$ATTACHED
 ADDR=$(adapter_addr "$OLD")
 note "the moving controller: $OLD ($ADDR)"
-spawn events7 peerlink --json watch --topic adapter --topic gatt --topic advertise
+spawn_watch events7 peerlink --json watch --topic adapter --topic gatt --topic advertise
 SVC2=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D31
 CHR2=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D32
 cat >"$LAB_OUT/app2.json" <<JSON
