@@ -62,9 +62,13 @@ public enum ResourceName {
 
     // MARK: the rules
 
-    private static func lastComponent(_ name: String) -> Substring {
-        let parts = name.split(whereSeparator: { $0 == "/" || $0 == "\\" })
-        return parts.last(where: { $0 != "." && $0 != ".." }) ?? ""
+    /// Split at the separator scalars, never at Characters: a '/' followed by a combining
+    /// mark is one Character ("/\u{329}"), which is not "/", and once let a separator through
+    /// ("a/\u{329}b" stayed whole; found by fuzzing).
+    private static func lastComponent(_ name: String) -> String {
+        let parts = name.unicodeScalars.split(whereSeparator: { $0 == "/" || $0 == "\\" })
+        let last = parts.last(where: { !$0.elementsEqual(".".unicodeScalars) && !$0.elementsEqual("..".unicodeScalars) })
+        return last.map { String(String.UnicodeScalarView($0)) } ?? ""
     }
 
     private static func isUnsafe(_ s: Unicode.Scalar) -> Bool {
@@ -93,9 +97,10 @@ public enum ResourceName {
         return names
     }()
 
+    /// The stem is what comes before the first '.' scalar ("CON.\u{301}txt" is CON's too).
     private static func isReservedDevice(_ name: String) -> Bool {
-        let stem = name.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return devices.contains(stem.lowercased().trimmingSuffixSpaces())
+        let stem = name.unicodeScalars.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).first
+        return devices.contains(String(String.UnicodeScalarView(stem ?? "".unicodeScalars[...])).lowercased().trimmingSuffixSpaces())
     }
 
     /// The stem and the extension (with its dot) when the extension is short enough to keep.

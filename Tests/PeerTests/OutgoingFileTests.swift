@@ -31,6 +31,14 @@ import Testing
         #expect(named.name == "other name" && named.mediaType == "text/plain")
     }
 
+    /// A file name starting with a combining mark: the path's '/' before it and the mark are
+    /// one Character, and the name offered was "<directory>/\u{301}f.bin".
+    @Test func theNameOfferedIsThePathsLastComponent() throws {
+        let (dir, path) = try Self.write([1, 2, 3], "\u{301}f.bin")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(Array(try OutgoingFile(path: path).name.utf8) == Array("\u{301}f.bin".utf8))
+    }
+
     @Test func aPNGIsRecognisedFromItsHeader() throws {
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13] + Array("IHDR".utf8)
             + [0, 0, 0, 32, 0, 0, 0, 16, 8, 6, 0, 0, 0, 1, 2, 3, 4]

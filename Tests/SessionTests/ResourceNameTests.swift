@@ -36,12 +36,19 @@ import Testing
         Case(name: "lpt9.tar.gz", safe: "_lpt9.tar.gz"),
         Case(name: "console.txt", safe: "console.txt"),
         Case(name: "Kitchen ☕ Pi.png", safe: "Kitchen ☕ Pi.png"),
+        // A separator followed by a combining mark is one Character with it, still a
+        // separator (found by fuzzing: "a/\u{329}b" kept its '/').
+        Case(name: "a/\u{329}b", safe: "\u{329}b"),
+        Case(name: "../\u{301}x", safe: "\u{301}x"),
+        Case(name: "x\\\u{301}y", safe: "\u{301}y"),
+        Case(name: "CON.\u{301}txt", safe: "_CON.\u{301}txt"),
     ]
 
     @Test("a peer's name becomes a safe file name", arguments: cases)
     func sanitises(_ c: Case) {
-        #expect(ResourceName.sanitise(c.name) == c.safe)
-        #expect(ResourceName.sanitise(c.safe) == c.safe, "sanitising again changes it")
+        // Bytes: String's == would call canonically equivalent names equal.
+        #expect(Array(ResourceName.sanitise(c.name).utf8) == Array(c.safe.utf8))
+        #expect(Array(ResourceName.sanitise(c.safe).utf8) == Array(c.safe.utf8), "sanitising again changes it")
     }
 
     @Test("300 bytes of UTF-8 are cut to 255 between characters, the extension kept")
