@@ -38,8 +38,10 @@ code, only the Python standard library and docs/peer-protocol.md.
     peer-tool.py stream-throughput --send SOCK --recv SOCK --to HEX --from-id HEX --size N --count C
         The same through data streams (peer.message-stream on both daemons, one packet a
         message, each numbered and checked in order): THROUGHPUT rate=... bytes_per_s=...
-    peer-tool.py stream-rtt --a SOCK --b SOCK --a-id HEX --b-id HEX --count N [--size 64]
-        The round trips of rtt through data streams: RTT p50_ms=... p99_ms=...
+    peer-tool.py stream-rtt --a SOCK --b SOCK --a-id HEX --b-id HEX --count N [--size 64] [--while-pid PID]
+        The round trips of rtt through data streams: RTT p50_ms=... p99_ms=...; with
+        --while-pid, they stop early once process PID has ended (a zombie counts as ended),
+        so every one measured ran while that process (a transfer) did.
     peer-tool.py rtt --a SOCK --b SOCK --a-id HEX --b-id HEX --count N [--size 64]
         N round trips: a client sends a message through a to b, b's client (on b's event)
         sends it back through b to a, until a's client has it: RTT p50_ms=... p99_ms=...
@@ -697,6 +699,8 @@ def cmd_stream_rtt(a):
     bc, bs, _ = open_stream(a.b, a.a_id)
     times = []
     for i in range(a.count + 5):
+        if a.while_pid and not process_running(a.while_pid):
+            break
         payload = (b"%08d" % i) + os.urandom(a.size - 8)
         t0 = time.monotonic()
         as_.send(payload)
@@ -709,7 +713,18 @@ def cmd_stream_rtt(a):
             die(f"a got another message than sent at round {i}")
         if i >= 5:  # the first few warm up
             times.append((time.monotonic() - t0) * 1000)
+    if not times:
+        die(f"process {a.while_pid} ended before a round trip past the warm-up")
     say_rtt(times)
+
+
+def process_running(pid):
+    """Whether process PID exists and has not ended (a zombie, not yet reaped, has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def cmd_rtt(a):
@@ -806,6 +821,7 @@ def main():
     for w in ("a", "b"):
         p.add_argument(f"--{w}", required=True); p.add_argument(f"--{w}-id", required=True)
     p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
+    p.add_argument("--while-pid", type=int, help="stop once this process has ended")
     p = sub.add_parser("rtt")
     for w in ("a", "b"):
         p.add_argument(f"--{w}", required=True); p.add_argument(f"--{w}-id", required=True)

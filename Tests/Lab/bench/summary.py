@@ -33,6 +33,15 @@ TARGETS = {
     "cli.peerlinkd_bytes": "<= 20 MB installed, for both programs",
     "cli.daemon_idle_cpu_ms": "~0 over the minute",
     "cli.daemon_idle_wakeups": "~0 (nothing happens)",
+    "peer_transfer.ratio_tls_vs_socat_tls": ">= 0.90",
+    "peer_transfer.ratio_tls_vs_socat_tcp": ">= 0.80",
+    "peer_transfer.ratio_plain_vs_socat_tcp": ">= 0.90",
+    "peer_transfer_host.ratio_tls_vs_socat_tls": ">= 0.90",
+    "peer_transfer_host.ratio_tls_vs_socat_tcp": ">= 0.80",
+    "peer_transfer_host.ratio_plain_vs_socat_tcp": ">= 0.90",
+    "peer_transfer_host.ours_tls_rtt.rtt_p99_ms": "<= 5",
+    "peer_transfer_host.ours_tls.rss_mb_sender": "< 30",
+    "peer_transfer_host.ours_tls.rss_mb_receiver": "< 30",
 }
 
 

@@ -1,0 +1,201 @@
+#!/bin/bash
+# make bench, on the host's loopback: a file of BENCH_TRANSFER_BYTES (default 1 GiB) random
+# bytes sent with `peerlink peer send-file` between two daemons, against socat copying the
+# same file on the same path, as Tests/Lab/bench/61-peer-transfer.sh does in the lab guest
+# (where the emulator makes every figure CPU-bound; here the session's own limits show):
+#   - ours with TLS against socat with OPENSSL: on both ends (a client certificate,
+#     verify=1, TLS 1.3) and against raw TCP socat; ours with encryption = none against raw
+#     TCP socat; the same bytes as a byte stream (peer open-stream / accept-stream, TLS);
+#   - the round trip of a 64-byte message through the same session during another TLS
+#     transfer (peer-tool.py stream-rtt, from the first data to the transfer's end; that
+#     transfer is timed apart, since the round trips' client takes CPU the others do not
+#     have), each daemon's largest RSS (sampled every 0.2 s) and its CPU seconds per GiB.
+# Ours is timed from the command to its exit, once the receiver verified the file (the
+# sender's hashing before the offer and the receiver's as the bytes arrive are in it);
+# socat's from its sender's start to its receiver's exit. The file and every copy are on
+# tmpfs (/dev/shm: the disk is not what is measured), each copy checked with sha256sum.
+# Each is run BENCH_REPEAT times (default 3) in turn; the median is reported.
+#
+#   scripts/transfer-bench-host.sh STATIC_BIN_DIR OUT_LOG
+#
+# The daemons run unprivileged-style on a private D-Bus session bus (no BlueZ needed), on
+# 127.0.0.1 ports 47601 to 47703. Writes the bench lines to OUT_LOG (where summary.py finds
+# them) and to standard output. No timing assertions: it fails only when a measurement
+# could not be made.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+STATIC=${1:?static bin dir}; OUT=${2:?output log}
+BYTES=${BENCH_TRANSFER_BYTES:-1073741824}
+REPEAT=${BENCH_REPEAT:-3}
+for tool in socat openssl sha256sum dbus-daemon; do
+    command -v $tool >/dev/null || { echo "transfer-bench-host: $tool is missing: run scripts/install-deps.sh --lab (as root)" >&2; exit 1; }
+done
+shm_free=$(df --output=avail -B1 /dev/shm | tail -n 1)
+[ "$shm_free" -gt $((BYTES * 5 / 2)) ] || { echo "transfer-bench-host: /dev/shm has $shm_free bytes free, needs 2.5 x $BYTES" >&2; exit 1; }
+work=$(mktemp -d /dev/shm/peerlink-transfer-bench.XXXXXX)
+bus_pid= pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -z "$bus_pid" ] || kill "$bus_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "transfer-bench-host: $*" >&2; exit 1; }
+note() { echo "== $*" >&2; }
+cp "$STATIC/peerlinkd" "$work/peerlinkd"
+ln -s peerlinkd "$work/peerlink"
+PL=$work/peerlink
+
+note "$BYTES random bytes in $work"
+head -c "$BYTES" /dev/urandom >"$work/data.bin"
+SUM=$(sha256sum <"$work/data.bin" | cut -d' ' -f1)
+for who in srv cli; do
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/$who.key" -out "$work/$who.crt" \
+        -subj "/CN=$who" -days 2 >/dev/null 2>&1 || fail "openssl req failed"
+    cat "$work/$who.key" "$work/$who.crt" >"$work/$who.pem"
+done
+
+read -r address bus_pid < <(dbus-daemon --session --fork --print-address=1 --print-pid=1 | paste -s -d ' ')
+declare -A PID ID
+# daemon NAME PORT ENCRYPTION: a daemon listening on 127.0.0.1:PORT, its inbox $work/in-NAME.
+daemon() {
+    local n=$1 i
+    mkdir -p "$work/in-$n"
+    printf '%s\n' "peer.name = bench-$n" "peer.listen = loopback" "peer.port = $2" "peer.encryption = $3" \
+        "peer.accept = all" "peer.accept_resources = all" "peer.max_resource_bytes = 64G" \
+        "peer.inbox_dir = $work/in-$n" >"$work/$n.conf"
+    "$work/peerlinkd" --bus "$address" --socket "$work/$n.sock" --state-dir "$work/state-$n" --config "$work/$n.conf" \
+        </dev/null >"$work/$n.log" 2>&1 &
+    PID[$n]=$!; pids+=($!)
+    for i in $(seq 100); do
+        [ -S "$work/$n.sock" ] && break
+        kill -0 "${PID[$n]}" 2>/dev/null || fail "peerlinkd $n exited: $(tail -n 5 "$work/$n.log")"
+        sleep 0.1
+    done
+    ID[$n]=$("$PL" --socket "$work/$n.sock" --json peer identity | python3 -c 'import json, sys; print(json.load(sys.stdin)["peer"])') \
+        || fail "no identity from daemon $n"
+}
+pl() { local n=$1; shift; "$PL" --socket "$work/$n.sock" "$@"; }
+daemon a 47601 required; daemon b 47602 required
+daemon c 47611 none; daemon d 47612 none
+pl b peer connect 127.0.0.1:47601 >/dev/null || fail "no session b -> a"
+pl d peer connect 127.0.0.1:47611 >/dev/null || fail "no session d -> c"
+
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+now() { date +%s%N; }
+seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+per_gib() { awk -v t="$1" -v b="$BYTES" 'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }'; }
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+check_sum() { [ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$SUM" ] || fail "$2: the copy's sha256sum differs from the file's"; rm -f "$1"; }
+
+declare -A RUNS
+# record NAME KEY VALUE: one run's value (the medians are printed at the end).
+record() { RUNS[$1.$2]+="$3 "; }
+
+# ours NAME SENDER RECEIVER [rtt]: one send-file; with rtt, 64-byte round trips on the same
+# session from the receiver's first bytes to the transfer's end.
+ours() {
+    local name=$1 tx=$2 rx=$3 rtt=${4:-} t0 c0tx c0rx pid sampler rtt_pid=
+    c0tx=$(ticks "${PID[$tx]}"); c0rx=$(ticks "${PID[$rx]}")
+    ( while :; do
+        for n in "$tx" "$rx"; do awk -v n="$n" '/^VmRSS:/ { print n, $2 }' "/proc/${PID[$n]}/status"; done
+        sleep 0.2
+      done ) >"$work/rss" &
+    sampler=$!
+    t0=$(now)
+    pl "$tx" peer send-file "$work/data.bin" --to "${ID[$rx]}" --name "$name.bin" >"$work/send.log" 2>&1 &
+    pid=$!
+    if [ -n "$rtt" ]; then
+        # The receiver reports the transfer once the offer is accepted; its bytes follow.
+        until pl "$rx" --json peer transfers | grep -q '"transfer"' || ! kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+        python3 "$REPO/Tests/Lab/peer-tool.py" stream-rtt --a "$work/$tx.sock" --a-id "${ID[$tx]}" \
+            --b "$work/$rx.sock" --b-id "${ID[$rx]}" --count 1000000 --while-pid "$pid" >"$work/rtt.log" 2>&1 &
+        rtt_pid=$!
+    fi
+    wait "$pid" || fail "$name: send-file failed: $(cat "$work/send.log")"
+    record "$name" seconds "$(seconds_since "$t0")"
+    kill "$sampler"; wait "$sampler" 2>/dev/null || true
+    if [ -n "$rtt_pid" ]; then
+        wait "$rtt_pid" || fail "$name: the round trips failed: $(cat "$work/rtt.log")"
+        local line; line=$(grep '^RTT ' "$work/rtt.log") || fail "$name: no round-trip result: $(cat "$work/rtt.log")"
+        note "round trips during $name: $line"
+        record "$name" rtt_p50_ms "$(sed -n 's/.* p50_ms=\([0-9.]*\).*/\1/p' <<<"$line")"
+        record "$name" rtt_p99_ms "$(sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' <<<"$line")"
+        record "$name" rtt_count "$(sed -n 's/.*count=\([0-9]*\).*/\1/p' <<<"$line")"
+    fi
+    record "$name" cpu_s_per_gib_sender "$(per_gib $(( $(ticks "${PID[$tx]}") - c0tx )))"
+    record "$name" cpu_s_per_gib_receiver "$(per_gib $(( $(ticks "${PID[$rx]}") - c0rx )))"
+    record "$name" rss_mb_sender "$(awk -v n="$tx" '$1 == n && $2 > m { m = $2 } END { printf "%.1f", m / 1024 }' "$work/rss")"
+    record "$name" rss_mb_receiver "$(awk -v n="$rx" '$1 == n && $2 > m { m = $2 } END { printf "%.1f", m / 1024 }' "$work/rss")"
+    check_sum "$work/in-$rx/$name.bin" "$name"
+}
+
+# ours_stream NAME SENDER RECEIVER: the same bytes through a byte stream (TLS), without the
+# hashing and the inbox: the session's own speed.
+ours_stream() {
+    local name=$1 tx=$2 rx=$3 t0 reader
+    pl "$rx" peer accept-stream --peer "${ID[$tx]}" --wait 60 --to "$work/$name.bin" >"$work/read.log" 2>&1 &
+    reader=$!
+    t0=$(now)
+    pl "$tx" peer open-stream "${ID[$rx]}" "$name" --from "$work/data.bin" >"$work/open.log" 2>&1 \
+        || fail "$name: open-stream failed: $(cat "$work/open.log")"
+    wait "$reader" || fail "$name: accept-stream failed: $(cat "$work/read.log")"
+    record "$name" seconds "$(seconds_since "$t0")"
+    check_sum "$work/$name.bin" "$name"
+}
+
+# socat_run NAME tls|tcp: the same file through socat, file to file, -b 65536.
+socat_run() {
+    local name=$1 listen connect t0 rx i
+    if [ "$2" = tls ]; then
+        listen="OPENSSL-LISTEN:47701,bind=127.0.0.1,reuseaddr,cert=$work/srv.pem,cafile=$work/cli.crt,verify=1"
+        connect="OPENSSL:127.0.0.1:47701,cert=$work/cli.pem,verify=0"
+    else
+        listen="TCP-LISTEN:47701,bind=127.0.0.1,reuseaddr"
+        connect="TCP:127.0.0.1:47701"
+    fi
+    socat -d -d -lu -u -b 65536 "$listen" OPEN:"$work/rx.bin",creat,trunc >"$work/socat.log" 2>&1 &
+    rx=$!
+    for i in $(seq 100); do grep -q "listening on" "$work/socat.log" && break; sleep 0.05; done
+    grep -q "listening on" "$work/socat.log" || fail "$name: socat did not listen: $(cat "$work/socat.log")"
+    t0=$(now)
+    socat -u -b 65536 OPEN:"$work/data.bin" "$connect" || fail "$name: the socat sender failed"
+    wait "$rx" || fail "$name: the socat receiver failed: $(cat "$work/socat.log")"
+    record "$name" seconds "$(seconds_since "$t0")"
+    [ "$2" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$work/socat.log" || fail "$name: socat did not use TLS 1.3"
+    check_sum "$work/rx.bin" "$name"
+}
+
+for run in $(seq "$REPEAT"); do
+    note "run $run of $REPEAT: ours (TLS), socat TLS, socat TCP, ours (none), a byte stream (TLS), ours (TLS, round trips meanwhile)"
+    ours ours_tls b a
+    socat_run socat_tls tls
+    socat_run socat_tcp tcp
+    ours ours_plain d c
+    ours_stream ours_stream_tls b a
+    ours ours_tls_rtt b a rtt
+done
+
+m() { tr ' ' '\n' <<<"${RUNS[$1.$2]}" | grep . | median; }
+ratio() { awk -v a="$(m "$2" seconds)" -v b="$(m "$1" seconds)" 'BEGIN { printf "%.3f", a / b }'; }
+mkdir -p "$(dirname "$OUT")"
+{
+    echo "bench peer_transfer_host.bytes=$BYTES"
+    echo "bench peer_transfer_host.repeat=$REPEAT"
+    for name in ours_tls socat_tls socat_tcp ours_plain ours_stream_tls ours_tls_rtt; do
+        echo "bench peer_transfer_host.$name.seconds=$(m $name seconds)"
+        echo "bench peer_transfer_host.$name.seconds_each_run=$(tr -s ' ' ',' <<<"${RUNS[$name.seconds]% }")"
+    done
+    echo "bench peer_transfer_host.ratio_tls_vs_socat_tls=$(ratio ours_tls socat_tls)"
+    echo "bench peer_transfer_host.ratio_tls_vs_socat_tcp=$(ratio ours_tls socat_tcp)"
+    echo "bench peer_transfer_host.ratio_plain_vs_socat_tcp=$(ratio ours_plain socat_tcp)"
+    echo "bench peer_transfer_host.ratio_stream_tls_vs_socat_tls=$(ratio ours_stream_tls socat_tls)"
+    for k in rtt_p50_ms rtt_p99_ms rtt_count; do echo "bench peer_transfer_host.ours_tls_rtt.$k=$(m ours_tls_rtt $k)"; done
+    for name in ours_tls ours_plain; do
+        for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver rss_mb_sender rss_mb_receiver; do
+            echo "bench peer_transfer_host.$name.$k=$(m $name $k)"
+        done
+    done
+} | tee "$OUT"
