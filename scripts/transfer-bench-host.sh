@@ -18,8 +18,8 @@
 #
 #   scripts/transfer-bench-host.sh STATIC_BIN_DIR OUT_LOG
 #
-# The daemons run unprivileged-style on a private D-Bus session bus (no BlueZ needed), on
-# 127.0.0.1 ports 47601 to 47703. Writes the bench lines to OUT_LOG (where summary.py finds
+# The daemons run on a private D-Bus session bus (no BlueZ needed), on 127.0.0.1 ports
+# 47601, 47602, 47611 and 47612; socat on 47701. Writes the bench lines to OUT_LOG (where summary.py finds
 # them) and to standard output. No timing assertions: it fails only when a measurement
 # could not be made.
 set -euo pipefail
@@ -27,7 +27,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STATIC=${1:?static bin dir}; OUT=${2:?output log}
 BYTES=${BENCH_TRANSFER_BYTES:-1073741824}
 REPEAT=${BENCH_REPEAT:-3}
-for tool in socat openssl sha256sum dbus-daemon; do
+for tool in socat openssl sha256sum dbus-daemon python3; do
     command -v $tool >/dev/null || { echo "transfer-bench-host: $tool is missing: run scripts/install-deps.sh --lab (as root)" >&2; exit 1; }
 done
 shm_free=$(df --output=avail -B1 /dev/shm | tail -n 1)
@@ -36,7 +36,8 @@ work=$(mktemp -d /dev/shm/peerlink-transfer-bench.XXXXXX)
 bus_pid= pids=()
 cleanup() {
     local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    # Every background job too (a socat receiver left listening after a failure, a sender).
+    for p in "${pids[@]}" $(jobs -p); do kill "$p" 2>/dev/null || true; done
     [ -z "$bus_pid" ] || kill "$bus_pid" 2>/dev/null || true
     wait 2>/dev/null || true
     rm -rf "$work"
@@ -109,7 +110,7 @@ ours() {
     pid=$!
     if [ -n "$rtt" ]; then
         # The receiver reports the transfer once the offer is accepted; its bytes follow.
-        until pl "$rx" --json peer transfers | grep -q '"transfer"' || ! kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+        until grep -q '"transfer"' <<<"$(pl "$rx" --json peer transfers)" || ! kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
         python3 "$REPO/Tests/Lab/peer-tool.py" stream-rtt --a "$work/$tx.sock" --a-id "${ID[$tx]}" \
             --b "$work/$rx.sock" --b-id "${ID[$rx]}" --count 1000000 --while-pid "$pid" >"$work/rtt.log" 2>&1 &
         rtt_pid=$!

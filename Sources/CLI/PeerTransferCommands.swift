@@ -97,7 +97,8 @@ enum PeerTransferCommands {
             }
             fd = try bufferedStandardInput()
         } else {
-            let path = file.hasPrefix("/") ? file : AtomicFile.join(FileManager.default.currentDirectoryPath, file)
+            // Absolute by its first byte: "/" and a combining mark after it are one Character.
+            let path = file.utf8.first == UInt8(ascii: "/") ? file : AtomicFile.join(FileManager.default.currentDirectoryPath, file)
             params["path"] = .string(path)
             do {
                 fd = try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }

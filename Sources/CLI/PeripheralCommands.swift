@@ -238,7 +238,7 @@ enum PeripheralCommands {
             func pairs(_ key: String, _ what: String) throws(CLIError) -> [(String, String)] {
                 var out: [(String, String)] = []
                 for item in v.strings(key) {
-                    let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
+                    let parts = item.unicodeScalars.split(separator: "=", maxSplits: 1).map(String.init)
                     guard parts.count == 2 else {
                         throw CLIError.usage(UsageError("--\(key) '\(item)': expected \(what)=HEX", commandPath: ["peerlink", "advertise", "start"]))
                     }

@@ -46,15 +46,24 @@ enum WatchCommand {
         defer { client.close() }
         var params: [String: JSONValue] = [:]
         if !topics.isEmpty { params["topics"] = .array(topics.map(JSONValue.string)) }
-        _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
-        if let path = context.values.string("ready-file") {
-            do {
-                try AtomicFile.write([], to: path, mode: 0o644)
-            } catch {
-                throw .failure("cannot create the ready file \(path): \(error)", exitCode: 1)
+        let ready = context.values.string("ready-file")
+        if let ready {
+            // One left by an earlier run would say "subscribed" too early.
+            do { _ = try FileSystem.remove(ready) } catch {
+                throw .failure("cannot remove the old ready file \(ready): \(error)", exitCode: 1)
             }
         }
+        _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
+        // Quiet exits on SIGINT/SIGTERM first: a script may stop the watch as soon as it sees
+        // the file.
         context.onStreamingStarted()
+        if let ready {
+            do {
+                try AtomicFile.write([], to: ready, mode: 0o644)
+            } catch {
+                throw .failure("cannot create the ready file \(ready): \(error)", exitCode: 1)
+            }
+        }
 
         let events = EventReader(client: client, seconds: duration)
         var printed = 0

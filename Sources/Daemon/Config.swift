@@ -274,8 +274,8 @@ struct ConfigParser {
         for (index, scalars) in lines.enumerated() {
             let number = index + 1
             let line = trim(Substring(scalars))
-            if line.isEmpty || line.first == "#" || line.first == ";" { continue }
-            if line.first == "[" {
+            if isCommentOrEmpty(line) { continue }
+            if line.unicodeScalars.first == "[" {
                 section = try sectionName(line, line: number)
                 continue
             }
@@ -293,11 +293,14 @@ struct ConfigParser {
 
     // MARK: Lines
 
+    // Every check of the line's syntax looks at code points, never Characters: a space, "=",
+    // '"', "#" or "]" followed by a combining mark is one Character that is none of them.
+
     private func trim(_ s: Substring) -> Substring {
-        var s = s
-        while let c = s.first, c == " " || c == "\t" || c == "\r" { s = s.dropFirst() }
-        while let c = s.last, c == " " || c == "\t" || c == "\r" { s = s.dropLast() }
-        return s
+        var v = s.unicodeScalars[...]
+        while let c = v.first, c == " " || c == "\t" || c == "\r" { v = v.dropFirst() }
+        while let c = v.last, c == " " || c == "\t" || c == "\r" { v = v.dropLast() }
+        return Substring(v)
     }
 
     private func isNameCharacter(_ c: Character) -> Bool {
@@ -311,15 +314,16 @@ struct ConfigParser {
     }
 
     private func isCommentOrEmpty(_ rest: Substring) -> Bool {
-        let rest = trim(rest)
-        return rest.isEmpty || rest.first == "#" || rest.first == ";"
+        let first = trim(rest).unicodeScalars.first
+        return first == nil || first == "#" || first == ";"
     }
 
     /// `[name]`, optionally followed by a comment; the section must have registered keys.
     private func sectionName(_ line: Substring, line number: Int) throws(ConfigError) -> String {
-        guard let close = line.firstIndex(of: "]"), isCommentOrEmpty(line[line.index(after: close)...])
+        let scalars = line.unicodeScalars
+        guard let close = scalars.firstIndex(of: "]"), isCommentOrEmpty(Substring(scalars[scalars.index(after: close)...]))
         else { throw malformed(line, number) }
-        let name = trim(line[line.index(after: line.startIndex)..<close])
+        let name = trim(Substring(scalars[scalars.index(after: scalars.startIndex)..<close]))
         guard !name.isEmpty, name.allSatisfy(isNameCharacter) else { throw malformed(line, number) }
         let prefix = name + "."
         guard registeredKeys.contains(where: { $0.hasPrefix(prefix) }) else {
@@ -331,23 +335,22 @@ struct ConfigParser {
     /// Splits `key = value`; the value may be double-quoted (with `\"`, `\\`, `\n`, `\t`
     /// escapes) and may be followed by a comment after whitespace.
     private func keyAndValue(_ line: Substring, line number: Int) throws(ConfigError) -> (String, String) {
-        // Split at the "=" scalar: as a Character, "=" followed by a combining mark is another
-        // character, and "name=\u{301}x" would have no "=" at all.
         guard let equals = line.unicodeScalars.firstIndex(of: "=") else { throw malformed(line, number) }
         let key = trim(Substring(line.unicodeScalars[..<equals]))
         guard !key.isEmpty, key.allSatisfy(isNameCharacter) else { throw malformed(line, number) }
         let rest = trim(Substring(line.unicodeScalars[line.unicodeScalars.index(after: equals)...]))
-        if rest.first == "\"" {
+        if rest.unicodeScalars.first == "\"" {
             return (String(key), try quoted(rest, key: String(key), line: number))
         }
         // An unquoted value ends at a comment that follows whitespace, so "a#b" and the
         // D-Bus address list "unix:path=/a;unix:path=/b" keep theirs; "key = # x" is empty.
         var value = rest
-        var previous: Character = " "
-        for i in rest.indices {
-            let c = rest[i]
+        var previous: Unicode.Scalar = " "
+        let scalars = rest.unicodeScalars
+        for i in scalars.indices {
+            let c = scalars[i]
             if (c == "#" || c == ";") && (previous == " " || previous == "\t") {
-                value = trim(rest[..<i])
+                value = trim(Substring(scalars[..<i]))
                 break
             }
             previous = c
@@ -355,17 +358,18 @@ struct ConfigParser {
         return (String(key), String(value))
     }
 
-    private func quoted(_ text: Substring, key: String, line number: Int) throws(ConfigError) -> String {
-        var out = ""
+    private func quoted(_ quoted: Substring, key: String, line number: Int) throws(ConfigError) -> String {
+        var out = String.UnicodeScalarView()
+        let text = quoted.unicodeScalars
         var i = text.index(after: text.startIndex)
         while i < text.endIndex {
             let c = text[i]
             if c == "\"" {
-                guard isCommentOrEmpty(text[text.index(after: i)...]) else {
+                guard isCommentOrEmpty(Substring(text[text.index(after: i)...])) else {
                     throw ConfigError(file: file, line: number, key: key,
                                       reason: "unexpected text after the closing quote")
                 }
-                return out
+                return String(out)
             }
             if c == "\\" {
                 i = text.index(after: i)

@@ -102,6 +102,8 @@ import Testing
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let ready = dir.appendingPathComponent("ready").path
+        // One left by an earlier run: removed before the subscription.
+        try Data().write(to: URL(fileURLWithPath: ready))
         let daemon = try FakeDaemon { c in
             let r = try c.expect("events.subscribe")
             let early = FileManager.default.fileExists(atPath: ready)

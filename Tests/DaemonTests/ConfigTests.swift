@@ -223,6 +223,11 @@ private func ownGroupName() -> String {
         // A value that starts with a combining mark: "=" and the mark are one Character, and
         // the line is still split at its "=" (it was "malformed").
         #expect(try parser.parse("[dnssd]\nname=\u{301}Salon").extra == ["dnssd.name": "\u{301}Salon"])
+        // The same for the space before it, a quote and a comment's "#".
+        #expect(try parser.parse("[dnssd]\nname = \u{301}Salon").extra["dnssd.name"].map { Array($0.utf8) } == Array("\u{301}Salon".utf8))
+        #expect(try parser.parse("[dnssd]\nname = \"\u{301}Salon\"").extra["dnssd.name"].map { Array($0.utf8) } == Array("\u{301}Salon".utf8))
+        #expect(try parser.parse("[dnssd]\nname = x #\u{301}c").extra == ["dnssd.name": "x"])
+        #expect(throws: ConfigError.self) { try parser.parse("[dnssd]\u{301}\nname = x") }
         #expect(throws: ConfigError(file: "t.conf", line: 2, key: "dnssd.nam",
                                     reason: "unknown key; did you mean 'dnssd.name'?")) {
             try parser.parse("[dnssd]\nnam = x")

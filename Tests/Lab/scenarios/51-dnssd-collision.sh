@@ -14,7 +14,7 @@ rm -rf "$KEEP"
 start_peerlinkd a hci0
 start_peerlinkd_keep b hci1 "$KEEP"
 
-spawn_watch watch-b pl b --json watch --topic dnssd.renamed --count 1 --timeout 60
+spawn_watch watch-b pl_watch b --json watch --topic dnssd.renamed --count 1 --timeout 60
 
 note "a publishes \"Shared Name\""
 pl a --json dnssd publish "Shared Name" _lab-coll._tcp 5001 who=a >"$LAB_OUT/a.json" || fail "publish on a exited $?"

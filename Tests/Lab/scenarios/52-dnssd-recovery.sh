@@ -16,7 +16,7 @@ BOUND_MS=2000
 start_peerlinkd a hci0
 start_peerlinkd b hci1
 
-spawn_watch watch-a pl a --json watch --topic dnssd --timeout 100
+spawn_watch watch-a pl_watch a --json watch --topic dnssd --timeout 100
 note "a publishes \"Recover Me\"; b browses with --resolve"
 pl a --json dnssd publish "Recover Me" _lab-rec._tcp 7000 v=1 >"$LAB_OUT/publish.json" || fail "publish exited $?"
 ID=$(json_get "$LAB_OUT/publish.json" 'd["id"]')
