@@ -57,7 +57,7 @@ public final class OutgoingFile: @unchecked Sendable {
     /// The name a file at `path` is offered under when none is given: its last component.
     /// (At the '/' scalar: "/" and a combining mark after it are one Character.)
     static func fileName(of path: String) -> String {
-        path.unicodeScalars.split(separator: "/").last.map { String(String.UnicodeScalarView($0)) } ?? path
+        path.unicodeScalars.split(separator: "/").last.map { String($0) } ?? path
     }
 
     /// Up to `count` bytes (at most `maxChunk`) from `offset`; nil when the file changed

@@ -68,7 +68,7 @@ public enum ResourceName {
     private static func lastComponent(_ name: String) -> String {
         let parts = name.unicodeScalars.split(whereSeparator: { $0 == "/" || $0 == "\\" })
         let last = parts.last(where: { !$0.elementsEqual(".".unicodeScalars) && !$0.elementsEqual("..".unicodeScalars) })
-        return last.map { String(String.UnicodeScalarView($0)) } ?? ""
+        return last.map { String($0) } ?? ""
     }
 
     private static func isUnsafe(_ s: Unicode.Scalar) -> Bool {
@@ -99,8 +99,8 @@ public enum ResourceName {
 
     /// The stem is what comes before the first '.' scalar ("CON.\u{301}txt" is CON's too).
     private static func isReservedDevice(_ name: String) -> Bool {
-        let stem = name.unicodeScalars.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).first
-        return devices.contains(String(String.UnicodeScalarView(stem ?? "".unicodeScalars[...])).lowercased().trimmingSuffixSpaces())
+        let stem = name.unicodeScalars.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).first.map { String($0) } ?? ""
+        return devices.contains(stem.lowercased().trimmingSuffixSpaces())
     }
 
     /// The stem and the extension (with its dot) when the extension is short enough to keep.
