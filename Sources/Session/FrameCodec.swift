@@ -54,6 +54,21 @@ public enum FrameEncoder {
 
     /// Appends the frame's bytes to `out` (left as it was when this throws).
     public static func append(_ frame: Frame, to out: inout [UInt8]) throws(FrameError) {
+        switch frame {
+        case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
+            // The payload is the data itself: straight after the header, without first
+            // building a copy of it (bulk data would be copied twice).
+            do { try FrameRules.check(frame) } catch {
+                var e = error
+                e.frameType = frame.type.rawValue
+                throw e
+            }
+            appendHeader(frame, length: d.count, to: &out)
+            out.append(contentsOf: d)
+            return
+        default:
+            break
+        }
         let payload: [UInt8]
         do { payload = try encodePayload(frame) } catch {
             var e = error
@@ -63,14 +78,18 @@ public enum FrameEncoder {
         guard payload.count <= Wire.maxPayload else {
             throw FrameError(.oversize(length: payload.count, limit: Wire.maxPayload), frameType: frame.type.rawValue)
         }
+        appendHeader(frame, length: payload.count, to: &out)
+        out.append(contentsOf: payload)
+    }
+
+    private static func appendHeader(_ frame: Frame, length: Int, to out: inout [UInt8]) {
         var header = ByteWriter()
         header.u8(Wire.frameVersion)
         header.u8(frame.type.rawValue)
         header.u16(frame.flags.rawValue)
         header.u32(frame.streamID)
-        header.u32(UInt32(payload.count))
+        header.u32(UInt32(length))
         out.append(contentsOf: header.bytes)
-        out.append(contentsOf: payload)
     }
 
     static func encodePayload(_ frame: Frame) throws(FrameError) -> [UInt8] {

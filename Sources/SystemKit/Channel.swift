@@ -404,8 +404,12 @@ public final class Channel: Sendable {
     /// after its handler, so what is left would fire it again), handing batches on; after 16
     /// batches it comes back later, so other channels on the pool get their turn.
     private func readLoop() {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: readLimit, alignment: 8)
-        defer { buffer.deallocate() }
+        // Packets (small, many) are read into one scratch buffer and copied out at their
+        // size. A stream is read straight into the array handed on, so a bulk transfer's
+        // bytes are not copied again on their way out of the socket; a short read is then
+        // copied to its size (a batch must not hold a whole read's worth of memory per chunk).
+        let scratch = mode == .packet ? UnsafeMutableRawBufferPointer.allocate(byteCount: readLimit, alignment: 8) : nil
+        defer { scratch?.deallocate() }
         let flags = Int32(MSG_DONTWAIT) | (mode == .packet ? Int32(MSG_TRUNC) : 0)
         for _ in 0..<16 {
             guard let onInput = state.withLock({ s in s.closed || s.readPaused || s.readEnded ? nil : s.onInput }) else { return }
@@ -413,14 +417,16 @@ public final class Channel: Sendable {
             var end: End?
             var drained = false
             while batch.count < batchLimit {
-                let n: Int?
+                var n: Int?
+                var chunk: [UInt8] = []
                 do {
-                    if receivesDescriptors {
-                        let got = try DescriptorPassing.receive(fd, into: buffer, flags: flags)
-                        if let fds = got?.1, !fds.isEmpty { hold(fds) }
-                        n = got?.0
+                    if let scratch {
+                        n = try receive(into: scratch, flags: flags)
                     } else {
-                        n = try syscallAllowingAgain("recv") { recv(fd, buffer.baseAddress, buffer.count, flags) }
+                        chunk = try [UInt8](unsafeUninitializedCapacity: readLimit) { buffer, initialized in
+                            n = try receive(into: UnsafeMutableRawBufferPointer(buffer), flags: flags)
+                            initialized = min(n ?? 0, buffer.count)
+                        }
                     }
                 } catch let e as SystemError {
                     end = e.code == ECONNRESET ? .peerClosed : .failed(e)
@@ -438,13 +444,30 @@ public final class Channel: Sendable {
                     if batch.isEmpty { end = .peerClosed }
                     break
                 }
-                batch.append(n > buffer.count ? [UInt8](repeating: 0, count: n) : Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])))
+                if let scratch {
+                    batch.append(n > scratch.count ? [UInt8](repeating: 0, count: n) : Array(UnsafeRawBufferPointer(rebasing: scratch[0..<n])))
+                } else if n < readLimit / 2 {
+                    batch.append([UInt8](unsafeUninitializedCapacity: n) { $1 = $0.initialize(from: chunk).1 })
+                } else {
+                    batch.append(chunk)
+                }
             }
             if !batch.isEmpty { onInput(batch) }
             if let end { return inputEnded(end) }
             if drained { return }
         }
         queue.async { [weak self] in self?.readLoop() }
+    }
+
+    /// One read into `buffer`: the count (0: end of file; in packet mode possibly more than
+    /// the buffer, `MSG_TRUNC`), or nil when there is nothing to read now.
+    private func receive(into buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws -> Int? {
+        guard receivesDescriptors else {
+            return try syscallAllowingAgain("recv") { recv(fd, buffer.baseAddress, buffer.count, flags) }
+        }
+        let got = try DescriptorPassing.receive(fd, into: buffer, flags: flags)
+        if let fds = got?.1, !fds.isEmpty { hold(fds) }
+        return got?.0
     }
 
     /// Keeps descriptors the peer passed for `takeDescriptor`; beyond the bound, or once

@@ -14,6 +14,7 @@ import TestSupport
 
     /// A directory holding a fake `peerlink` that answers `adapter list` and `gatt list`
     /// like the daemon's --json output, logs its arguments, and runs `behaviour` otherwise.
+    /// The caller removes the directory.
     static func fakePeerlink(_ behaviour: String = "exit 3") throws -> String {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-completion-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -46,6 +47,7 @@ import TestSupport
 
     @Test func bashCompletesCommandsSubcommandsOptionsAndValues() async throws {
         let fake = try Self.fakePeerlink()
+        defer { try? FileManager.default.removeItem(atPath: fake) }
         let topLevel = CommandTable.root.subcommands.map(\.name) + ["help"]
         let peer = CommandTable.root.subcommand(named: "peer")!.subcommands.map(\.name)
         let result = try await Self.bash([
@@ -90,6 +92,7 @@ import TestSupport
             return
         }
         let fake = try Self.fakePeerlink()
+        defer { try? FileManager.default.removeItem(atPath: fake) }
         // COMP_WORDS as readline splits them: at every ':' (COMP_WORDBREAKS).
         let line = "peerlink --socket /x.sock read 00:AA:01:00:00:00 6a"
         let split = ["peerlink", "--socket", "/x.sock", "read", "00", ":", "AA", ":", "01", ":", "00", ":", "00", ":", "00", "6a"]
@@ -111,6 +114,7 @@ import TestSupport
     @Test func bashOffersNothingWhenTheDaemonFailsOrHangs() async throws {
         for behaviour in ["echo 'peerlink: cannot reach peerlinkd' >&2; exit 3", "sleep 30"] {
             let fake = try Self.fakePeerlink(behaviour)
+            defer { try? FileManager.default.removeItem(atPath: fake) }
             // Every command fails (or hangs) this way, the dynamic ones too.
             try "#!/bin/sh\necho \"$*\" >> \"\(fake)/calls\"\n\(behaviour)\n".write(toFile: fake + "/peerlink", atomically: true, encoding: .utf8)
             chmod(fake + "/peerlink", 0o755)
@@ -129,6 +133,7 @@ import TestSupport
             return
         }
         let fake = try Self.fakePeerlink()
+        defer { try? FileManager.default.removeItem(atPath: fake) }
         var script = """
             compadd() { if [[ $1 == -a ]]; then print -r -- "values ${(P)2}"; else [[ $1 == -- ]] && shift; print -r -- "values $*"; fi }
             _describe() { print -r -- "$2 ${(P)4}"; }

@@ -76,6 +76,107 @@ import Testing
         }
     }
 
+    /// Large payloads, gathered apart from the shared buffer (`FrameDecoder.gatherThreshold`
+    /// and more), among small frames: one just under the threshold, one at it, the largest,
+    /// an ignorable unknown frame of 30,000 bytes (skipped through the buffer), a message.
+    static let bulk: (bytes: [UInt8], frames: [Frame]) = {
+        let data = (0..<Wire.maxPayload).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) }
+        let frames: [Frame] = [
+            .resourceData(resourceID: 2, data: data),
+            .ping(1),
+            .streamData(streamID: 3, data: Array(data.prefix(FrameDecoder.gatherThreshold))),
+            .unreliable(Array(data.prefix(FrameDecoder.gatherThreshold - 1))),
+            .message(MessageFragment(messageID: 9, data: Array(data.prefix(Wire.maxFragmentData)), isFinal: true)),
+            .resourceData(resourceID: 2, data: Array(data.suffix(20_000))),
+            .pong(1),
+        ]
+        var bytes = Fixtures.encode(Array(frames.prefix(2)))
+        bytes += Fixtures.header(type: 0x7E, flags: 0x8000, stream: 3, length: 30_000) + [UInt8](repeating: 9, count: 30_000)
+        bytes += Fixtures.encode(Array(frames.dropFirst(2)))
+        return (bytes, frames)
+    }()
+
+    /// Where each frame of `bytes` starts, and the end.
+    static func boundaries(_ bytes: [UInt8]) -> [Int] {
+        var at = 0
+        var out = [0]
+        while at + Wire.headerSize <= bytes.count {
+            let length = bytes[(at + 8)..<(at + 12)].reduce(0) { $0 << 8 | Int($1) }
+            at += Wire.headerSize + length
+            out.append(at)
+        }
+        return out
+    }
+
+    @Test func largePayloadsYieldTheSameFramesInEveryChunking() {
+        let (bytes, frames) = Self.bulk
+        let expected = Outcome(frames: frames)
+        for size in [1, 5, 12, 13, 100, 4097, 8191, 16_384, 16_413, 65_536, 65_548, 65_549, bytes.count] {
+            #expect(Self.run(Self.chunks(bytes, size: size)) == expected, "chunk size \(size)")
+        }
+        // Cut near every frame's start: in its header, just before and just after it.
+        for b in Self.boundaries(bytes) {
+            for cut in max(1, b - 3)...min(bytes.count - 1, b + Wire.headerSize + 3) {
+                #expect(Self.run([Array(bytes[..<cut]), Array(bytes[cut...])]) == expected, "cut \(cut)")
+            }
+        }
+        var rng = SplitMix(state: 7)
+        for seed in 0..<40 {
+            var pieces: [[UInt8]] = []
+            var i = 0
+            while i < bytes.count {
+                let n = Int.random(in: 1...min(bytes.count - i, 40_000), using: &rng)
+                pieces.append(Array(bytes[i..<(i + n)]))
+                i += n
+            }
+            #expect(Self.run(pieces) == expected, "random pieces \(seed)")
+        }
+    }
+
+    @Test func anErrorInAGatheredPayloadNamesTheFrameInEveryChunking() {
+        // A MESSAGE with id 0 and 20,000 bytes of data, after a ping: refused by its payload,
+        // which is gathered apart unless it comes in one piece.
+        var bytes = Fixtures.encode([.ping(1)])
+        bytes += Fixtures.header(type: FrameType.message.rawValue, length: 20_004) + [0, 0, 0, 0] + [UInt8](repeating: 1, count: 20_000)
+        let whole = Self.run([bytes])
+        #expect(whole.frames == [.ping(1)] && whole.error?.frameIndex == 1 && whole.error?.streamOffset == 20, "\(whole)")
+        for size in [1, 12, 100, 8192, 16_384] {
+            #expect(Self.run(Self.chunks(bytes, size: size)) == whole, "chunk size \(size)")
+        }
+    }
+
+    @Test func bytesAfterAGatheredPayloadStayInOrder() throws {
+        // The chunk that completes a gathered payload carries the next frames too.
+        let big = Frame.resourceData(resourceID: 4, data: [UInt8](repeating: 3, count: 40_000))
+        let bytes = Fixtures.encode([big, .ping(2), .ping(3)])
+        var d = FrameDecoder()
+        d.append(bytes[..<1000])
+        #expect(try d.nextFrame() == nil)
+        #expect(d.bufferedByteCount == 1000)
+        d.append(bytes[1000...])
+        #expect(try d.nextFrame() == big)
+        #expect(try d.nextFrame() == .ping(2))
+        #expect(try d.nextFrame() == .ping(3))
+        #expect(try d.nextFrame() == nil)
+        #expect(d.bufferedByteCount == 0 && d.streamOffset == bytes.count && d.frameCount == 3)
+    }
+
+    @Test func aLargeHeaderAloneDoesNotReserveItsPayload() throws {
+        // Before HELLO a peer may send a header announcing 64 KiB and a few bytes: the decoder
+        // holds those bytes, not a 64 KiB array, until an eighth of the payload came.
+        let big = Frame.resourceData(resourceID: 4, data: [UInt8](repeating: 5, count: Wire.maxPayload))
+        let bytes = Fixtures.encode([big])
+        var d = FrameDecoder()
+        d.append(bytes[..<(Wire.headerSize + 1)])
+        #expect(try d.nextFrame() == nil)
+        #expect(d.bufferedByteCount == Wire.headerSize + 1 && d.heldCapacity < 4096, "\(d.heldCapacity)")
+        d.append(bytes[(Wire.headerSize + 1)..<(Wire.headerSize + Wire.maxPayload / 8)])
+        #expect(try d.nextFrame() == nil)
+        #expect(d.heldCapacity >= Wire.maxPayload, "gathering from an eighth on: \(d.heldCapacity)")
+        d.append(bytes[(Wire.headerSize + Wire.maxPayload / 8)...])
+        #expect(try d.nextFrame() == big)
+    }
+
     @Test func ignoredFramesAreCountedAndKeepTheIndex() throws {
         var d = FrameDecoder()
         d.append(Fixtures.header(type: 0x7E, flags: 0x8000, length: 2) + [0, 0] + Fixtures.encode([.ping(1)]))
