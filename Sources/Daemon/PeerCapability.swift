@@ -40,6 +40,8 @@ final class PeerCapability: DaemonCapability {
         let (inboxDirectory, limits) = try Self.inboxSettings(context.settings, stateDirectory: context.stateDirectory)
         let inbox: Inbox
         do {
+            // Identity, trusted peers and the outgoing journal: what a `kill -9` mid-write left.
+            AtomicFile.removeAbandonedTemporaries(in: directory)
             identity = try TLSIdentity.loadOrCreate(directory: directory)
             trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
             inbox = try Inbox(directory: inboxDirectory, limits: limits)

@@ -79,6 +79,9 @@ public final class PeerlinkDaemon: Sendable {
         } catch {
             throw DaemonError("cannot create the state directory \(cfg.stateDirectory): \(error)")
         }
+        // What a `kill -9` mid-write left of the state files (the DNS-SD names here; the peer
+        // module's own directory and the inbox are tidied where they are opened).
+        AtomicFile.removeAbandonedTemporaries(in: cfg.stateDirectory)
         do {
             try server.start()
         } catch {

@@ -49,7 +49,8 @@ public final class Inbox: @unchecked Sendable {
     public static let partRetention: Duration = .seconds(30 * 24 * 3600)
 
     /// Opens (and makes, mode 0700) the inbox and its part directory, and removes the parts
-    /// last written more than `partRetention` before `now` (`removedParts` says how many).
+    /// last written more than `partRetention` before `now` (`removedParts` says how many) and
+    /// the temporary files of length records a killed daemon left.
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
                 now: Int64 = Inbox.wallClockNanoseconds()) throws(InboxError) {
         self.directory = directory
@@ -63,6 +64,8 @@ public final class Inbox: @unchecked Sendable {
             throw .io("making the inbox \(directory)", error)
         }
         removedParts = Self.removeStaleParts(in: partDirectory, now: now)
+        // A part's length record whose writer was killed mid-write would stay for ever.
+        AtomicFile.removeAbandonedTemporaries(in: partDirectory)
     }
 
     /// How many parts older than `partRetention` opening the inbox removed.

@@ -50,6 +50,39 @@ public enum AtomicFile {
         try FileSystem.syncDirectory(parent(of: path))
     }
 
+    /// Removes the temporary files `write` left in `directory` because their process died
+    /// between making and renaming them (`kill -9`, a power cut): names
+    /// `<file>.tmp-<pid>-<number>` whose process is not this one and no longer runs. Called
+    /// where a directory of state files is opened, so such leftovers do not pile up. Returns
+    /// how many it removed; a directory it cannot read removes none.
+    @discardableResult
+    public static func removeAbandonedTemporaries(in directory: String) -> Int {
+        guard let names = try? FileSystem.names(in: directory) else { return 0 }
+        var removed = 0
+        for name in names {
+            guard let pid = temporaryOwner(name), pid != getpid() else { continue }
+            // EPERM: the process runs under another user; only ESRCH says it is gone.
+            if kill(pid, 0) == 0 || errno != ESRCH { continue }
+            if unlink(join(directory, name)) == 0 { removed += 1 }
+        }
+        return removed
+    }
+
+    /// The process id in a temporary file's name (`<file>.tmp-<pid>-<number>`), or nil when
+    /// the name is not one `write` makes.
+    static func temporaryOwner(_ name: String) -> pid_t? {
+        let bytes = Array(name.utf8)
+        let marker = Array(".tmp-".utf8)
+        // The last marker, with a file name before it.
+        guard bytes.count > marker.count,
+              let at = (1...(bytes.count - marker.count)).reversed().first(where: { bytes[$0..<($0 + marker.count)].elementsEqual(marker) })
+        else { return nil }
+        let fields = bytes[(at + marker.count)...].split(separator: UInt8(ascii: "-"), omittingEmptySubsequences: false)
+        guard fields.count == 2, fields.allSatisfy({ (1...10).contains($0.count) && $0.allSatisfy { (0x30...0x39).contains($0) } }),
+              let pid = pid_t(String(decoding: fields[0], as: UTF8.self)), pid > 0 else { return nil }
+        return pid
+    }
+
     /// Makes `directory` (and missing parents) with `mode` if it does not exist; an existing
     /// path that is not a directory is an error.
     public static func makeDirectory(_ directory: String, mode: mode_t = 0o700) throws {
