@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -34,7 +35,12 @@ public enum AtomicFile {
     /// briefly), are flushed with `fsync`, and the file is renamed over `path`; then the
     /// directory is flushed so the rename itself survives a power cut.
     public static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
-        let temporary = "\(path).tmp-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        let suffix = ".tmp-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        let temporary = path + suffix
+        let name = lastComponent(of: path) + suffix
+        // Marked as this process's own while it exists: `removeAbandonedTemporaries` keeps it.
+        inFlight.withLock { _ = $0.insert(name) }
+        defer { inFlight.withLock { _ = $0.remove(name) } }
         let fd = try syscall("open", context: temporary) { open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
         var renamed = false
         defer { if !renamed { unlink(temporary) } }
@@ -50,22 +56,56 @@ public enum AtomicFile {
         try FileSystem.syncDirectory(parent(of: path))
     }
 
+    /// Names of the temporaries this process's `write`s have open now.
+    static let inFlight = Mutex<Set<String>>([])
+
     /// Removes the temporary files `write` left in `directory` because their process died
     /// between making and renaming them (`kill -9`, a power cut): names
-    /// `<file>.tmp-<pid>-<number>` whose process is not this one and no longer runs. Called
-    /// where a directory of state files is opened, so such leftovers do not pile up. Returns
-    /// how many it removed; a directory it cannot read removes none.
+    /// `<file>.tmp-<pid>-<number>` that are not a `write` of this process under way, and
+    /// - carry this process's pid (an earlier process had the same pid: a container's first
+    ///   process, restarted), or
+    /// - carry the pid of no running process, or
+    /// - were last written before this boot (after a power cut their pid may be anyone's).
+    /// Called where a directory of state files is opened, so such leftovers do not pile up.
+    /// Returns how many it removed; a directory it cannot read removes none.
     @discardableResult
     public static func removeAbandonedTemporaries(in directory: String) -> Int {
         guard let names = try? FileSystem.names(in: directory) else { return 0 }
+        let boot = bootTimeNanoseconds()
         var removed = 0
         for name in names {
-            guard let pid = temporaryOwner(name), pid != getpid() else { continue }
-            // EPERM: the process runs under another user; only ESRCH says it is gone.
-            if kill(pid, 0) == 0 || errno != ESRCH { continue }
-            if unlink(join(directory, name)) == 0 { removed += 1 }
+            guard let pid = temporaryOwner(name), !inFlight.withLock({ $0.contains(name) }) else { continue }
+            let path = join(directory, name)
+            if pid != getpid() {
+                // EPERM: the process runs under another user; only ESRCH says it is gone.
+                let gone = kill(pid, 0) != 0 && errno == ESRCH
+                guard gone || modifiedNanoseconds(path).map({ $0 < boot }) == true else { continue }
+            }
+            if unlink(path) == 0 { removed += 1 }
         }
         return removed
+    }
+
+    /// When this boot began on the wall clock (nanoseconds since 1970): now less the time
+    /// since boot (`CLOCK_BOOTTIME` counts suspended time too).
+    static func bootTimeNanoseconds() -> Int64 {
+        var wall = timespec(), up = timespec()
+        clock_gettime(CLOCK_REALTIME, &wall)
+        clock_gettime(CLOCK_BOOTTIME, &up)
+        return (Int64(wall.tv_sec) - Int64(up.tv_sec)) * 1_000_000_000 + Int64(wall.tv_nsec) - Int64(up.tv_nsec)
+    }
+
+    /// When `path` was last written (nanoseconds since 1970), or nil when it cannot be read.
+    private static func modifiedNanoseconds(_ path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+    }
+
+    /// What follows the last '/' of `path` (all of it when there is none).
+    static func lastComponent(of path: String) -> String {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path }
+        return String(decoding: path.utf8[path.utf8.index(after: slash)...], as: UTF8.self)
     }
 
     /// The process id in a temporary file's name (`<file>.tmp-<pid>-<number>`), or nil when

@@ -147,16 +147,25 @@ import Testing
     }
 
     /// A `kill -9` between `AtomicFile.write` making its temporary file and renaming it leaves
-    /// `<file>.tmp-<pid>-<n>`; opening the directory again removes it, and nothing else: not
-    /// this process's own, not a running process's, not names that only look alike.
+    /// `<file>.tmp-<pid>-<n>`; opening the directory again removes it: a gone process's, one
+    /// with this process's pid that it is not writing (an earlier process had the pid), one
+    /// written before this boot; and nothing else: not a running process's from this boot,
+    /// not names that only look alike. (A write under way is kept: AtomicFileTests.)
     @Test func temporariesOfAKilledWriterAreRemovedAndNothingElse() throws {
         let dir = try Directory()
         let dead = Self.deadPID(), me = getpid()
-        let abandoned = ["trusted-peers.json.tmp-\(dead)-7", "k.state.tmp-\(dead)-4294967295"]
-        let kept = ["trusted-peers.json", "k.state", "k.data", "k.state.tmp-\(me)-1", "k.state.tmp-1-2",
+        let abandoned = ["trusted-peers.json.tmp-\(dead)-7", "k.state.tmp-\(dead)-4294967295", "k.state.tmp-\(me)-1",
+                         "a.tmp-1-2.tmp-\(dead)-3", "before-boot.tmp-1-5"]
+        let kept = ["trusted-peers.json", "k.state", "k.data", "k.state.tmp-1-2", "a.tmp-\(dead)-2.tmp-1-3",
                     "x.tmp-\(dead)", "x.tmp-a-1", "x.tmp-\(dead)-1-2", ".tmp-\(dead)-1", "x.tmp--1", "x.tmp-\(dead)-"]
         for name in abandoned + kept { try Self.write("x", dir.path + "/" + name) }
-        #expect(AtomicFile.removeAbandonedTemporaries(in: dir.path) == 2)
+        // Pid 1 runs, but this file was last written an hour before the machine booted.
+        var uptime = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &uptime)
+        let hourBeforeBoot = Int(Date().timeIntervalSince1970) - uptime.tv_sec - 3600
+        var times = [timespec(tv_sec: hourBeforeBoot, tv_nsec: 0), timespec(tv_sec: hourBeforeBoot, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, dir.path + "/before-boot.tmp-1-5", &times, 0) == 0)
+        #expect(AtomicFile.removeAbandonedTemporaries(in: dir.path) == abandoned.count)
         #expect(try FileSystem.names(in: dir.path) == kept.sorted())
         #expect(AtomicFile.removeAbandonedTemporaries(in: dir.path + "/missing") == 0)
     }
