@@ -54,32 +54,27 @@ public enum FrameEncoder {
 
     /// Appends the frame's bytes to `out` (left as it was when this throws).
     public static func append(_ frame: Frame, to out: inout [UInt8]) throws(FrameError) {
-        switch frame {
-        case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
-            // The payload is the data itself: straight after the header, without first
-            // building a copy of it (bulk data would be copied twice).
-            do { try FrameRules.check(frame) } catch {
-                var e = error
-                e.frameType = frame.type.rawValue
-                throw e
+        do throws(FrameError) {
+            switch frame {
+            case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
+                // The payload is the data itself: straight after the header, without first
+                // building a copy of it (bulk data would be copied twice).
+                try FrameRules.check(frame)
+                appendHeader(frame, length: d.count, to: &out)
+                out.append(contentsOf: d)
+            default:
+                let payload = try encodePayload(frame)
+                guard payload.count <= Wire.maxPayload else {
+                    throw FrameError(.oversize(length: payload.count, limit: Wire.maxPayload))
+                }
+                appendHeader(frame, length: payload.count, to: &out)
+                out.append(contentsOf: payload)
             }
-            appendHeader(frame, length: d.count, to: &out)
-            out.append(contentsOf: d)
-            return
-        default:
-            break
-        }
-        let payload: [UInt8]
-        do { payload = try encodePayload(frame) } catch {
+        } catch {
             var e = error
             e.frameType = frame.type.rawValue
             throw e
         }
-        guard payload.count <= Wire.maxPayload else {
-            throw FrameError(.oversize(length: payload.count, limit: Wire.maxPayload), frameType: frame.type.rawValue)
-        }
-        appendHeader(frame, length: payload.count, to: &out)
-        out.append(contentsOf: payload)
     }
 
     private static func appendHeader(_ frame: Frame, length: Int, to out: inout [UInt8]) {

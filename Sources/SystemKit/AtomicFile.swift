@@ -79,7 +79,8 @@ public enum AtomicFile {
             if pid != getpid() {
                 // EPERM: the process runs under another user; only ESRCH says it is gone.
                 let gone = kill(pid, 0) != 0 && errno == ESRCH
-                guard gone || modifiedNanoseconds(path).map({ $0 < boot }) == true else { continue }
+                let modified = try? RegularFile.openForReading(path).status().modified
+                guard gone || modified.map({ $0 < boot }) == true else { continue }
             }
             if unlink(path) == 0 { removed += 1 }
         }
@@ -93,13 +94,6 @@ public enum AtomicFile {
         clock_gettime(CLOCK_REALTIME, &wall)
         clock_gettime(CLOCK_BOOTTIME, &up)
         return (Int64(wall.tv_sec) - Int64(up.tv_sec)) * 1_000_000_000 + Int64(wall.tv_nsec) - Int64(up.tv_nsec)
-    }
-
-    /// When `path` was last written (nanoseconds since 1970), or nil when it cannot be read.
-    private static func modifiedNanoseconds(_ path: String) -> Int64? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
     }
 
     /// What follows the last '/' of `path` (all of it when there is none).
