@@ -84,6 +84,10 @@ final class PeerMessageStream: Sendable {
         var closeWhenWritten = false
         var ended = false
         var counts = Counts()
+        /// A batch is being handed to the session (its `send` has not returned).
+        var sending = false
+        /// The session's end, reported once the batch being sent is counted.
+        var endAfterSend: (end: End, unwritten: Int)?
     }
 
     /// Starts the stream on `fd` (our end; the stream owns it). When it ends, `handOn` gets
@@ -115,18 +119,30 @@ final class PeerMessageStream: Sendable {
     /// together, so small messages share TLS records and writes.
     private func send(_ batch: [[UInt8]]) {
         channel.pauseReading()
+        state.withLock { $0.sending = true }
         Task {
             let fitting = batch.prefix { $0.count <= maxMessage }
+            var failure: (any Error)?
             do {
-                try await node.send(messages: Array(fitting), to: peer)
+                // Counted as the session queues them: a message can reach the peer (and the
+                // session end) before this task runs again.
+                try await node.send(messages: Array(fitting), to: peer) { n in state.withLock { $0.counts.sent += n } }
             } catch {
-                return finish(.sessionEnded("\(error)"))
+                failure = error
             }
-            state.withLock { $0.counts.sent += fitting.count }
+            let endNow = state.withLock { s -> (End, Counts, Int)? in
+                s.sending = false
+                guard let (end, unwritten) = s.endAfterSend else { return nil }
+                s.endAfterSend = nil
+                return (end, s.counts, unwritten)
+            }
+            if let (end, counts, unwritten) = endNow { onEnd(self, end, counts, unwritten) }
+            if let failure { return finish(.sessionEnded("\(failure)")) }
             if fitting.count < batch.count {
                 return finish(.tooLarge("the client wrote a packet of \(batch[fitting.count].count) bytes; a message on this stream is at most \(maxMessage)"))
             }
-            channel.resumeReading()
+            // Not after the end: the socket only waits to be flushed and closed.
+            if !state.withLock({ $0.ended }) { channel.resumeReading() }
         }
     }
 
@@ -211,7 +227,9 @@ final class PeerMessageStream: Sendable {
     func stop() { channel.close() }
 
     private func finish(_ end: End) {
-        let report = state.withLock { s -> (Counts, Int)? in
+        // nil: ended before; `.some(nil)`: ended now, reported when the batch being sent is
+        // counted; otherwise what to report now.
+        let report = state.withLock { s -> (Counts, Int)?? in
             if s.ended { return nil }
             s.ended = true
             if s.holding {
@@ -219,19 +237,27 @@ final class PeerMessageStream: Sendable {
                 s.holding = false
                 node.holdMessages(from: peer, false)
             }
+            var unwritten = 0
             if case .sessionEnded = end {
                 s.closeWhenWritten = true
                 if s.pending.isEmpty { closeWhenFlushed() }
-                return (s.counts, 0)
+            } else {
+                let messages = s.pending
+                s.pending = []
+                if !messages.isEmpty { handOn(messages) }
+                unwritten = messages.count
             }
-            let unwritten = s.pending
-            s.pending = []
-            if !unwritten.isEmpty { handOn(unwritten) }
-            return (s.counts, unwritten.count)
+            // A batch being handed to the session is counted when its send returns (at once
+            // when the session has ended): the report waits for that count.
+            if s.sending {
+                s.endAfterSend = (end, unwritten)
+                return .some(nil)
+            }
+            return (s.counts, unwritten)
         }
-        guard let (counts, unwritten) = report else { return }
+        guard let report else { return }
         if case .sessionEnded = end {} else { channel.close() }
-        onEnd(self, end, counts, unwritten)
+        if let (counts, unwritten) = report { onEnd(self, end, counts, unwritten) }
     }
 }
 

@@ -62,6 +62,8 @@ public final class PeerConnection: Sendable {
         var decoder = FrameDecoder()
         var tls: TLSConnection?
         var tlsReported = false
+        /// The first byte after the peer's HELLO has been looked at (a TLS record or a CLOSE).
+        var tlsInputSeen = false
         /// Bytes that arrived for TLS while frames were being decoded.
         var pendingForTLS: [UInt8] = []
         /// The decoder failed or the stream ended: nothing more is read.
@@ -301,6 +303,21 @@ public final class PeerConnection: Sendable {
 
     private func ingestTLS(_ bytes: [UInt8], _ s: inout State, _ events: inout [Delivered]) {
         guard let tls = s.tls else { return }
+        if !s.tlsInputSeen, let first = bytes.first {
+            s.tlsInputSeen = true
+            // A frame header where the peer's first TLS record was due: a peer that refused
+            // this side's HELLO, or gave up waiting for it, sends its CLOSE in plain text
+            // before any TLS. Read as frames it says why; fed to TLS it would only be "wrong
+            // version number". A TLS record never starts with the frame version byte (record
+            // types are 20 to 23), and the machine refuses every frame but CLOSE before TLS
+            // is up, so nothing else gets through this way.
+            if first == Wire.frameVersion {
+                s.tls = nil
+                s.decoder.append(bytes)
+                drainFrames(&s, &events)
+                return
+            }
+        }
         do {
             try tls.feed(bytes)
         } catch {

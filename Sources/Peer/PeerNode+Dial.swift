@@ -41,39 +41,64 @@ extension PeerNode {
         }
         var lastError: any Error = PeerError.unreachable(target.description, "no address")
         for address in addresses {
-            let fd: Int32
             do {
-                fd = try await connectSocket(address, within: .seconds(10))
-            } catch {
-                lastError = error
-                continue
-            }
-            // `stop` may have run while this dialled: it closed every connection it knew of.
-            guard !state.withLock({ $0.stopped }) else {
-                closeQuietly(fd)
-                abandonDial(id)
-                throw PeerError.stopped
-            }
-            // The peer's own connection won while this one dialled: its session is the answer.
-            if let expected, state.withLock({ $0.table.isSuperseded(id) }) {
-                closeQuietly(fd)
-                abandonDial(id)
-                return try await sessionComing(with: expected)
-            }
-            let c = makeConnection(fd: fd, id: id, role: .dialer, remote: address, expected: expected)
-            state.withLock { s in
-                s.dialTargets[c.id] = target
-                if expected == nil { s.table.dialingUnknown(c.id) }
-            }
-            return try await withCheckedThrowingContinuation { (k: Waiter) in
-                state.withLock { $0.dialWaiters[c.id] = k }
-                c.start()
-                c.input(.invite(context: context, timeout: timeout))
+                return try await withCheckedThrowingContinuation { (k: Waiter) in
+                    dial(address, id: id, target: target, expected: expected, context: context, timeout: timeout, k)
+                }
+            } catch let failed as ConnectFailed {
+                lastError = failed.error
             }
         }
         abandonDial(id)
         throw PeerError.unreachable(target.description, "\(lastError)")
     }
+
+    /// A TCP connect that failed: `connect` tries the next address.
+    private struct ConnectFailed: Error { let error: any Error }
+
+    /// Connects to `address` and, once connected, starts the connection and hands it `k`
+    /// (resumed with the session, or why there is none); a connect that fails resumes `k` with
+    /// `ConnectFailed`. The connection starts on the node's queue the moment TCP is up, not
+    /// when the caller's task is next scheduled: the peer's handshake clock runs from its
+    /// accept, and a busy executor (a loaded daemon, a test process full of other work) must
+    /// not spend it before HELLO is even sent.
+    private func dial(_ address: SocketAddress, id: UInt64, target: HostPort, expected: PeerID?, context: [UInt8],
+                      timeout: Duration, _ k: Waiter) {
+        connectSocket(address, within: .seconds(10)) { [self] result in
+            let fd: Int32
+            switch result {
+            case .failure(let error): return k.resume(throwing: ConnectFailed(error: error))
+            case .success(let connected): fd = connected
+            }
+            // `stop`, or the peer's own connection winning the tie-break, may come at any moment
+            // until the connection is among the node's: both are checked in the lock that
+            // registers it with its waiter, so that whatever ends it later finds the waiter.
+            let c = newConnection(fd: fd, id: id, role: .dialer, remote: address, expected: expected)
+            let outcome = state.withLock { s -> DialOutcome in
+                if s.stopped { return .stopped }
+                // The peer's own connection won while this one dialled: its session is the answer.
+                if let expected, s.table.isSuperseded(id) { return .superseded(expected) }
+                s.connections[c.id] = c
+                s.dialTargets[c.id] = target
+                if expected == nil { s.table.dialingUnknown(c.id) }
+                s.dialWaiters[c.id] = k
+                return .registered
+            }
+            switch outcome {
+            case .registered:
+                c.start()
+                c.input(.invite(context: context, timeout: timeout))
+            case .stopped:
+                abandonDial(id)  // `c`, never started, closes `fd` as it goes
+                k.resume(throwing: PeerError.stopped)
+            case .superseded(let peer):
+                abandonDial(id)
+                awaitSession(with: peer, k)
+            }
+        }
+    }
+
+    private enum DialOutcome { case registered, stopped, superseded(PeerID) }
 
     /// A dial that never got a connection leaves the table.
     private func abandonDial(_ id: UInt64) {
@@ -85,17 +110,16 @@ extension PeerNode {
         state.withLock { s in s.session(peer) }.flatMap(summary)
     }
 
-    /// `peer`'s session: the one up now, or the one the peer's own connection brings.
-    private func sessionComing(with peer: PeerID) async throws -> PeerSummary {
-        try await withCheckedThrowingContinuation { (k: Waiter) in
-            let now = state.withLock { s -> PeerConnection? in
-                if let c = s.session(peer) { return c }
-                moveWaiter(k, to: peer, &s)
-                return nil
-            }
-            guard let now else { return }
-            if let summary = summary(now) { k.resume(returning: summary) } else { k.resume(throwing: PeerError.notConnected(peer.shortText)) }
+    /// Resumes `k` with `peer`'s session: the one up now, or the one the peer's own connection
+    /// brings.
+    private func awaitSession(with peer: PeerID, _ k: Waiter) {
+        let now = state.withLock { s -> PeerConnection? in
+            if let c = s.session(peer) { return c }
+            moveWaiter(k, to: peer, &s)
+            return nil
         }
+        guard let now else { return }
+        if let summary = summary(now) { k.resume(returning: summary) } else { k.resume(throwing: PeerError.notConnected(peer.shortText)) }
     }
 
     /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it
@@ -153,37 +177,41 @@ extension PeerNode {
 
     // MARK: Sockets
 
-    /// A TCP connection to `address`, connected within `limit`.
-    private func connectSocket(_ address: SocketAddress, within limit: Duration) async throws -> Int32 {
-        let fd = try TCPSocket.startConnect(to: address)
+    /// Connects a TCP socket to `address` within `limit`; `done` gets the connected socket or
+    /// why not, once, on the node's queue (at once when the connect cannot even start).
+    private func connectSocket(_ address: SocketAddress, within limit: Duration,
+                               then done: @escaping @Sendable (Result<Int32, any Error>) -> Void) {
+        let fd: Int32
         let watch: DescriptorWatch
+        do {
+            fd = try TCPSocket.startConnect(to: address)
+        } catch {
+            return done(.failure(error))
+        }
         do {
             watch = try DescriptorWatch(duplicating: fd, queue: queue)
         } catch {
             closeQuietly(fd)
-            throw error
+            return done(.failure(error))
         }
-        let once = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+        // Taken by the first of connected, failed and timed out; the timer then holds nothing.
+        let pending = Mutex<(@Sendable (Result<Int32, any Error>) -> Void)?>(done)
         @Sendable func finish(_ r: Result<Void, any Error>) {
-            guard let k = once.withLock({ k in defer { k = nil }; return k }) else { return }
+            guard let done = pending.withLock({ d in defer { d = nil }; return d }) else { return }
             watch.cancel()
-            k.resume(with: r)
-        }
-        do {
-            try await withCheckedThrowingContinuation { (k: CheckedContinuation<Void, any Error>) in
-                once.withLock { $0 = k }
-                watch.setHandlers(onReadable: {}, onWritable: {
-                    finish(Result { try TCPSocket.connectResult(fd, to: address) })
-                })
-                watch.want(write: true)
-                queue.asyncAfter(deadline: .now() + limit.dispatchInterval) {
-                    finish(.failure(SystemError(call: "connect", code: ETIMEDOUT, context: address.description)))
-                }
+            switch r {
+            case .success: done(.success(fd))
+            case .failure(let error):
+                closeQuietly(fd)
+                done(.failure(error))
             }
-        } catch {
-            closeQuietly(fd)
-            throw error
         }
-        return fd
+        watch.setHandlers(onReadable: {}, onWritable: {
+            finish(Result { try TCPSocket.connectResult(fd, to: address) })
+        })
+        watch.want(write: true)
+        queue.asyncAfter(deadline: .now() + limit.dispatchInterval) {
+            finish(.failure(SystemError(call: "connect", code: ETIMEDOUT, context: address.description)))
+        }
     }
 }

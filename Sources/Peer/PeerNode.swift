@@ -201,6 +201,13 @@ public final class PeerNode: Sendable {
 
     /// A connection on `fd`, under `id` (a dial's, taken when it started) or a new one.
     func makeConnection(fd: Int32, id given: UInt64? = nil, role: Role, remote: SocketAddress, expected: PeerID?) -> PeerConnection {
+        let c = newConnection(fd: fd, id: given, role: role, remote: remote, expected: expected)
+        state.withLock { $0.connections[c.id] = c }
+        return c
+    }
+
+    /// A connection on `fd`, not yet among the node's (dropped unstarted, it closes `fd`).
+    func newConnection(fd: Int32, id given: UInt64?, role: Role, remote: SocketAddress, expected: PeerID?) -> PeerConnection {
         var cc = ConnectionConfig(localID: peerID, displayName: config.displayName, encryption: config.encryption, expectedPeer: expected)
         cc.pingInterval = config.pingInterval
         cc.missedPings = config.missedPings
@@ -212,7 +219,6 @@ public final class PeerNode: Sendable {
                                logger: logger, maxQueuedBytes: config.maxQueuedBytes,
                                onEvent: { [weak self] c, e in self?.handle(c, e) },
                                onTransfer: { [weak self] c, e in self?.transferEvent(c, e) })
-        state.withLock { $0.connections[id] = c }
         return c
     }
 
@@ -259,14 +265,16 @@ public final class PeerNode: Sendable {
 
     /// Sends reliable messages to `peer`, in order, waiting for room whenever its queue is
     /// over its bound (a data stream's batch): each pass queues what the lanes take and writes
-    /// it together.
-    public func send(messages: [[UInt8]], to peer: PeerID) async throws {
+    /// it together. `onQueued` gets how many were queued at each pass, before this returns or
+    /// throws: a send the session's end cuts short has its count too.
+    public func send(messages: [[UInt8]], to peer: PeerID, onQueued: (Int) -> Void = { _ in }) async throws {
         guard let c = state.withLock({ s in s.session(peer) }) else {
             throw PeerError.notConnected(peer.shortText)
         }
         var rest = messages[...]
         while !rest.isEmpty {
             let (queued, result) = c.send(messages: rest)
+            if queued > 0 { onQueued(queued) }
             rest = rest.dropFirst(queued)
             // `.busy`: room for the first message not taken, then the rest again.
             _ = try await tryAgain(after: result, on: c, to: peer, bytes: rest.first?.count ?? 0)
@@ -454,7 +462,9 @@ public final class PeerNode: Sendable {
             // Our dial closed by the peer as the duplicate: its own connection carries the
             // session (this side may not have seen it yet); wait for it there.
             let parked = byPeer && (reason == .duplicate || reason == .replaced)
-            if parked, let peer = peer ?? hello?.peerID, let k = waiters.popLast() {
+            // Only a verified peer's word counts: a CLOSE read in plain text before TLS (its
+            // reason is reported) names whom it likes.
+            if parked, let peer, let k = waiters.popLast() {
                 s.table.want(peer)
                 moveWaiter(k, to: peer, &s)
             }

@@ -137,7 +137,7 @@ import Glibc
         for _ in 0..<80 { fds.append(try Self.connectLoopback(port)) }
         // Each gets the daemon's HELLO (taken) or the end of the stream at once (refused).
         var taken = 0, refused = 0
-        for first in Self.firstBytes(fds, within: 5) {
+        for first in await onThread({ [fds] in Self.firstBytes(fds, within: 5) }) {
             switch first {
             case .some(let b) where b.count >= 2 && b[0] == 1 && b[1] == 1: taken += 1
             case .some(let b) where b.isEmpty: refused += 1
@@ -147,14 +147,21 @@ import Glibc
         #expect(taken > 0 && refused > 0 && taken + refused == 80, "taken \(taken), refused \(refused)")
         #expect(Self.descriptors(a.pid) < 64, "the daemon reached its limit: \(Self.descriptors(a.pid))")
         let cpu0 = try Self.cpuTicks(a.pid)
-        usleep(1_000_000)
+        try await Task.sleep(for: .seconds(1))
         #expect(try Self.cpuTicks(a.pid) - cpu0 < 30, "the daemon spun with the held connections")
         #expect(kill(a.pid, 0) == 0, "the daemon is gone")
-        // Descriptors back: a new connection is taken (it gets HELLO).
+        #expect(Self.peerSockets(a.pid, port: port) == taken, "the daemon holds \(Self.peerSockets(a.pid, port: port)) peer connections, \(taken) taken")
+        // Descriptors back: once the daemon has closed its ends of the held connections (it
+        // must: they ended), a new connection is taken (it gets HELLO). Before that the new one
+        // would rightly be refused: the daemon is still near its limit.
         for fd in fds { close(fd) }
         fds = []  // closed: the defer must not close these numbers again (another test's by then)
+        let released = ContinuousClock.now + .seconds(10)
+        while Self.peerSockets(a.pid, port: port) > 0, ContinuousClock.now < released { try await Task.sleep(for: .milliseconds(10)) }
+        try #require(Self.peerSockets(a.pid, port: port) == 0,
+                     "the daemon still holds \(Self.peerSockets(a.pid, port: port)) peer connections 10 s after their peers closed")
         fds = [try Self.connectLoopback(port)]
-        let hello = Self.firstBytes(fds, within: 10)[0] ?? []
+        let hello = await onThread({ [fds] in Self.firstBytes(fds, within: 10) })[0] ?? []
         #expect(hello.count >= 2 && hello[0] == 1 && hello[1] == 1, "no HELLO after the descriptors came back: \(hello)")
     }
 
@@ -191,6 +198,31 @@ import Glibc
 
     static func descriptors(_ pid: Int32) -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
+    }
+
+    /// The TCP connections on local `port` (not the listener) that process `pid` holds open: its
+    /// socket descriptors' inodes, matched in its network namespace's /proc/net/tcp{,6}.
+    static func peerSockets(_ pid: Int32, port: UInt16) -> Int {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+        let inodes = Set(fds.compactMap { fd -> Substring? in
+            guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"),
+                  link.hasPrefix("socket:[") else { return nil }
+            return link.dropFirst(8).dropLast()
+        })
+        var held = 0
+        for table in ["tcp", "tcp6"] {
+            // Read to its end: a /proc file has no size, and one read gives a page at most.
+            let data = FileHandle(forReadingAtPath: "/proc/\(pid)/net/\(table)")?.readDataToEndOfFile() ?? Data()
+            let text = String(decoding: data, as: UTF8.self)
+            for line in text.split(separator: "\n").dropFirst() {
+                // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+                let f = line.split(separator: " ")
+                guard f.count > 9, let local = f[1].split(separator: ":").last, UInt16(local, radix: 16) == port,
+                      f[3] != "0A" else { continue }  // 0A: LISTEN
+                if inodes.contains(f[9]) { held += 1 }
+            }
+        }
+        return held
     }
 
     /// utime + stime of a process, in clock ticks (1/100 s).

@@ -192,6 +192,60 @@ import Testing
         #expect(!d.wasConnected)
     }
 
+    /// A peer that refuses this side's HELLO sends its CLOSE in plain text where TLS was to
+    /// begin (docs/peer-protocol.md, section 3). The node reads it as the CLOSE it is and
+    /// reports the peer's reason, whether it came in one write with the HELLO or after it;
+    /// fed to TLS it was only "wrong version number".
+    @Test(arguments: [true, false])
+    func aPlainCloseAfterHelloSaysWhy(withHello: Bool) async throws {
+        let a = try Node("refused")
+        defer { a.node.stop() }
+        let fd = try Self.connectBlocking(port: a.node.port)
+        defer { close(fd) }
+        let me = try TLSIdentity.ephemeral()
+        let hello = try FrameEncoder.encode(.hello(Hello(peerID: try #require(PeerID(bytes: me.fingerprint)), displayName: "picky",
+                                                         encryption: .required, role: .dialer)))
+        let closeFrame = try FrameEncoder.encode(.close(.versionMismatch, text: "no common version (a test)"))
+        try await onThread {
+            if withHello {
+                try Self.writeAll(fd, hello + closeFrame)
+            } else {
+                try Self.writeAll(fd, hello)
+                // The node's HELLO first: by then it has taken this side's and started TLS.
+                let header = try Self.readExactly(fd, 12)
+                _ = try Self.readExactly(fd, Int(header[8]) << 24 | Int(header[9]) << 16 | Int(header[10]) << 8 | Int(header[11]))
+                try Self.writeAll(fd, closeFrame)
+            }
+        }
+        let ended = await a.wait("the connection's end") { e in if case .disconnected = e { true } else { false } }
+        guard case .disconnected(let d)? = ended else { Issue.record("no disconnected event"); return }
+        #expect(d.reason == .versionMismatch && d.byPeer && d.detail == "no common version (a test)", "\(d.reason): \(d.detail)")
+    }
+
+    /// A CLOSE read in plain text is the word of a peer nobody verified: `duplicate` from a
+    /// listener that never showed its certificate fails the dial with that reason, instead of
+    /// parking it to wait for the named peer's own connection (as a verified peer's `duplicate`
+    /// does) and marking that peer as one whose invitation is accepted unasked.
+    @Test func anUnverifiedDuplicateCloseFailsTheDial() async throws {
+        let b = try Node("dialer")
+        defer { b.node.stop() }
+        let (listener, port) = try TCPSocket.listen(port: 0, loopback: true)
+        defer { close(listener) }
+        let claimed = try #require(PeerID(bytes: try TLSIdentity.ephemeral().fingerprint))
+        let reply = try FrameEncoder.encode(.hello(Hello(peerID: claimed, displayName: "liar", encryption: .required, role: .listener)))
+            + FrameEncoder.encode(.close(.duplicate, text: "another connection with this peer was kept"))
+        let served = Task {
+            try await onThread { () -> Int32 in
+                guard try SocketIO.waitReadable(listener, timeoutMilliseconds: 10_000),
+                      let (fd, _) = try TCPSocket.accept(listener) else { throw TestSupportError("no dial within 10 s") }
+                try Self.writeAll(fd, reply)
+                return fd
+            }
+        }
+        await Self.expectRefused(.duplicate) { _ = try await b.node.connect(to: try HostPort("127.0.0.1:\(port)")) }
+        close(try await served.value)
+    }
+
     static func connectBlocking(port: UInt16) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var sin = sockaddr_in()

@@ -197,7 +197,9 @@ import Testing
 /// The machine's flow control: what it receives is counted against the windows it granted,
 /// and what it sends goes through a scheduler within the peer's credit.
 @Suite struct ConnectionFlowTests {
-    static let t0 = ContinuousClock.now
+    /// The instant the machines were built at (`ConnectionRulesTests.connected`): a clock of
+    /// its own, first read seconds later on a loaded run, found their timers due.
+    static var t0: ContinuousClock.Instant { ConnectionRulesTests.t0 }
 
     @Test func aLargeMessageFlowsThroughTheWindowsWithCredit() {
         var dialer = ConnectionRulesTests.connected(.dialer)
