@@ -79,8 +79,8 @@ public enum AtomicFile {
             if pid != getpid() {
                 // EPERM: the process runs under another user; only ESRCH says it is gone.
                 let gone = kill(pid, 0) != 0 && errno == ESRCH
-                let modified = try? RegularFile.openForReading(path).status().modified
-                guard gone || modified.map({ $0 < boot }) == true else { continue }
+                // Opened for its time only when its process may still run.
+                guard gone || (try? RegularFile.openForReading(path).status().modified).map({ $0 < boot }) == true else { continue }
             }
             if unlink(path) == 0 { removed += 1 }
         }
