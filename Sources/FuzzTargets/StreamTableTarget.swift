@@ -69,7 +69,12 @@ enum StreamTableTarget {
                 // Byte i of the write is (i + pick) mod 256, cut from one pattern: built a byte
                 // at a time through a closure, up to 150 kB a step under the fuzzer's
                 // instrumentation, it was most of an input's time (264 executions a second).
-                let n = Int(arg) * 997 % 150_000
+                // Sizes: most below one frame's payload (up to 9,143 bytes), the last 32 of
+                // the argument's values from 4,603 up to 147,296 bytes (cut into two or three
+                // frames). Every write used to be up to 150 kB, 75 kB on average, so an input of
+                // 200 steps moved megabytes through every copy and the target ran about 200
+                // inputs a second; the large sizes stay within reach, at an eighth of the values.
+                let n = arg < 224 ? Int(arg) * 41 : (Int(arg) - 223) * 4_603
                 let start = Int(pick % 256)
                 let bytes = Array(pattern[start..<(start + n)])
                 if opener.table.write(pick, bytes) { written[pick, default: []] += bytes }
