@@ -52,7 +52,7 @@ public final class Inbox: @unchecked Sendable {
     /// last written more than `partRetention` before `now` (`removedParts` says how many) and
     /// the temporary files of length records a killed daemon left.
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
-                now: Int64 = Inbox.wallClockNanoseconds()) throws(InboxError) {
+                now: Int64 = FileIdentity.wallClockNanoseconds()) throws(InboxError) {
         self.directory = directory
         self.limits = limits
         self.bootID = bootID
@@ -90,13 +90,6 @@ public final class Inbox: @unchecked Sendable {
             removed += 1
         }
         return removed
-    }
-
-    /// The wall clock, in nanoseconds since 1970 (what file times are in).
-    public static func wallClockNanoseconds() -> Int64 {
-        var t = timespec()
-        clock_gettime(CLOCK_REALTIME, &t)
-        return Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec)
     }
 
     /// Starts (or resumes) receiving `offer` from `peer`: checks the quota and the free

@@ -28,10 +28,15 @@ final class NodeTransfers: Sendable {
         /// Where it runs now: nil for an outgoing one waiting for its peer's next session.
         var key: Key?
         /// The file, for an outgoing one (shared by every peer it goes to); nil for one read
-        /// back from the journal until its peer is back (then it is opened and hashed again).
+        /// back from the journal until its peer is back (then it is opened again, and hashed again
+        /// unless `hashes` knows it unchanged).
         var file: OutgoingFile?
         /// The file's path, for an outgoing one.
         var path: String?
+        /// What identified the file's content when it was hashed, when that may be trusted
+        /// (`OutgoingFile.identity`): kept in the journal, so a restarted daemon takes the hash
+        /// from `hashes` instead of reading the file again.
+        var identity: FileIdentity?
         /// Being opened again after a restart.
         var reopening = false
         /// An offer of it is being made (the check and the binding of its id are apart).
@@ -61,24 +66,29 @@ final class NodeTransfers: Sendable {
     private let logger: Logger
     private let journal: String?
     private let outbox: Outbox?
+    /// The hashes of files offered, for offering them again without reading them through.
+    let hashes: FileHashes
 
     /// `journal`: where outgoing transfers are kept across restarts (nil: in memory only);
     /// those it holds are read back now, waiting for their peers. `outbox`: where bytes
     /// passed as descriptors are copied (nil: such sends are refused); copies no transfer
-    /// refers to any more are removed now and whenever a transfer ends.
-    init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, outbox: Outbox?, logger: Logger,
+    /// refers to any more are removed now and whenever a transfer ends. `hashes`: where the
+    /// hashes of offered files are remembered (seeded from the journal now).
+    init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, outbox: Outbox?, hashes: FileHashes, logger: Logger,
          isTrusted: @escaping @Sendable (PeerID) -> Bool, emit: @escaping @Sendable (ResourceEvent) -> Void) {
         self.inbox = inbox
         self.policy = policy
         self.journal = journal
         self.outbox = outbox
+        self.hashes = hashes
         self.logger = logger
         self.isTrusted = isTrusted
         self.emit = emit
         let restored = Self.load(journal, logger)
         state.withLock { s in
-            for (t, path) in restored {
-                s.records[t.id] = Record(transfer: t, path: path)
+            for (t, path, identity) in restored {
+                s.records[t.id] = Record(transfer: t, path: path, identity: identity)
+                if let identity { hashes.remember(identity, sha256: t.sha256) }
                 s.nextID = max(s.nextID, t.id + 1)
             }
         }
@@ -121,7 +131,7 @@ final class NodeTransfers: Sendable {
                 defer { s.nextID += 1 }
                 let t = ResourceTransfer(id: s.nextID, peer: peer, outgoing: true, name: name, size: file.size,
                                          sha256: file.sha256, mediaType: file.mediaType)
-                s.records[s.nextID] = Record(transfer: t, file: file, path: file.path)
+                s.records[s.nextID] = Record(transfer: t, file: file, path: file.path, identity: file.identity)
                 return s.nextID
             }
             save()
@@ -159,7 +169,8 @@ final class NodeTransfers: Sendable {
         if resource == nil { logger.info("a resource waits for its peer's session", ["resource": "\(id)"]) }
     }
 
-    /// Opens and hashes again the file of a transfer read back from the journal, then offers
+    /// Opens again the file of a transfer read back from the journal (hashed again unless
+    /// `hashes` knows it unchanged since it was offered), then offers
     /// it on `c`. A file that cannot be read ends the transfer (`io-error`); one whose content
     /// changed ends it (`source-changed`) and is sent again from the start as a new transfer.
     private func reopen(_ id: UInt64, then c: PeerConnection) {
@@ -167,7 +178,7 @@ final class NodeTransfers: Sendable {
         let t = r.transfer
         let file: OutgoingFile
         do {
-            file = try OutgoingFile(path: path, name: t.name, mediaType: t.mediaType)
+            file = try OutgoingFile(path: path, name: t.name, mediaType: t.mediaType, hashes: hashes)
         } catch {
             state.withLock { $0.records[id] = nil }
             save()
@@ -179,7 +190,7 @@ final class NodeTransfers: Sendable {
                 defer { s.nextID += 1 }
                 let n = ResourceTransfer(id: s.nextID, peer: t.peer, outgoing: true, name: t.name, size: file.size,
                                          sha256: file.sha256, mediaType: file.mediaType)
-                s.records[s.nextID] = Record(transfer: n, file: file, path: path)
+                s.records[s.nextID] = Record(transfer: n, file: file, path: path, identity: file.identity)
                 return s.nextID
             }
             save()
@@ -189,6 +200,7 @@ final class NodeTransfers: Sendable {
         }
         state.withLock { s in
             s.records[id]?.file = file
+            s.records[id]?.identity = file.identity
             s.records[id]?.reopening = false
         }
         // The session it was opened for may have dropped while hashing: the peer's current one.
@@ -392,7 +404,7 @@ final class NodeTransfers: Sendable {
                 guard let r = s.records[id], r.transfer.outgoing, let path = r.path else { return nil }
                 let t = r.transfer
                 return JournalEntry(id: t.id, peer: t.peer.hex, path: path, name: t.name, media_type: t.mediaType,
-                                    size: t.size, sha256: Fingerprint.hexString(t.sha256))
+                                    size: t.size, sha256: Fingerprint.hexString(t.sha256), file: r.identity)
             }
         }
         do {
@@ -407,7 +419,7 @@ final class NodeTransfers: Sendable {
 
     /// The journal's transfers; an unreadable journal is logged and set aside (renamed
     /// `.bad`), never a reason not to start.
-    private static func load(_ journal: String?, _ logger: Logger) -> [(ResourceTransfer, String)] {
+    private static func load(_ journal: String?, _ logger: Logger) -> [(ResourceTransfer, String, FileIdentity?)] {
         guard let journal else { return [] }
         let bytes: [UInt8]
         do {
@@ -417,7 +429,7 @@ final class NodeTransfers: Sendable {
             logger.error("cannot read the outgoing transfers", ["path": journal, "error": "\(error)"])
             return []
         }
-        var out: [(ResourceTransfer, String)] = []
+        var out: [(ResourceTransfer, String, FileIdentity?)] = []
         guard let list = try? JSONDecoder().decode(Journal.self, from: Data(bytes)).transfers else {
             logger.error("the outgoing transfers file is not valid; set aside", ["path": journal])
             _ = try? FileSystem.moveWithoutReplacing(journal, to: journal + ".bad")
@@ -429,7 +441,10 @@ final class NodeTransfers: Sendable {
                 logger.error("an outgoing transfer in the file is not valid; skipped", ["path": journal, "index": "\(i)"])
                 continue
             }
-            out.append((ResourceTransfer(id: e.id, peer: peer, outgoing: true, name: e.name, size: e.size, sha256: sha, mediaType: e.media_type), e.path))
+            // An identity of another size is not this content's: not trusted.
+            let identity = e.file?.size == e.size ? e.file : nil
+            out.append((ResourceTransfer(id: e.id, peer: peer, outgoing: true, name: e.name, size: e.size, sha256: sha, mediaType: e.media_type),
+                        e.path, identity))
         }
         return out
     }
@@ -448,7 +463,8 @@ final class NodeTransfers: Sendable {
 
 }
 
-/// The journal file: `{"transfers": [{"id", "peer", "path", "name", "media_type", "size", "sha256"}]}`.
+/// The journal file: `{"transfers": [{"id", "peer", "path", "name", "media_type", "size", "sha256", "file"}]}`
+/// (`file`, optional: the `FileIdentity` the hash belongs to).
 private struct Journal: Codable {
     var transfers: [JournalSlot]
 }
@@ -462,6 +478,7 @@ private struct JournalEntry: Codable {
     var media_type: String
     var size: UInt64
     var sha256: String
+    var file: FileIdentity?
 }
 
 /// An entry that does not decode is nil, skipped alone rather than failing the whole file.

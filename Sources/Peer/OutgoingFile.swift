@@ -3,10 +3,11 @@ import SystemKit
 import TLS
 
 /// A file this side offers: hashed once when opened (the offer carries its SHA-256, size
-/// and media type), then read in pieces from whatever offset each receiver asks for. Every
-/// receiver reads the same open file, so the data comes from the disk once and from the page
-/// cache after. A file changed since it was opened (size or modification time) is refused
-/// from then on: its hash would be wrong.
+/// and media type), or not at all when `FileHashes` remembers it unchanged, then read in
+/// pieces from whatever offset each receiver asks for. Every receiver reads the same open
+/// file, so the data comes from the disk once and from the page cache after. A file changed
+/// since it was opened (size or modification time) is refused from then on: its hash would
+/// be wrong.
 public final class OutgoingFile: @unchecked Sendable {
     /// The path it was opened at.
     public let path: String
@@ -20,6 +21,11 @@ public final class OutgoingFile: @unchecked Sendable {
     public let mediaType: String
     /// Its image header, when it is a PNG or JPEG.
     public let image: ImageHeader?
+    /// What identified its content when it was opened, when that may be remembered with its
+    /// hash (`FileHashes.mayRemember`; nil without `hashes` or for a file changed just before).
+    public let identity: FileIdentity?
+    /// Whether it was read through for its hash (false: `FileHashes` knew it).
+    public let hashed: Bool
 
     private let file: RegularFile
     private let modified: Int64
@@ -27,28 +33,44 @@ public final class OutgoingFile: @unchecked Sendable {
     /// The largest piece `read` hands out (one RESOURCE_DATA frame's payload).
     public static let maxChunk = Wire.maxPayload
 
-    /// Opens and hashes `path`. Errors name the path and the failing call. `mayOffer` is
-    /// asked about the file actually opened (symbolic links resolved); false refuses it.
-    public init(path: String, name: String? = nil, mediaType: String? = nil, mayOffer: (String) -> Bool = { _ in true }) throws {
+    /// Opens and hashes `path` (or takes its hash from `hashes`, and remembers it there).
+    /// Errors name the path and the failing call. `mayOffer` is asked about the file actually
+    /// opened (symbolic links resolved); false refuses it.
+    public init(path: String, name: String? = nil, mediaType: String? = nil, hashes: FileHashes? = nil,
+                mayOffer: (String) -> Bool = { _ in true }) throws {
         self.path = path
         file = try RegularFile.openForReading(path)
         guard let opened = file.resolvedPath() ?? FileSystem.resolved(path), mayOffer(opened) else {
             throw NotOffered(path: path)
         }
-        let (size, modified) = try file.status()
-        let digest = try SHA256Digest()
-        var head: [UInt8] = []
-        let at = try file.readChunks(upTo: size) { chunk in
-            if head.count < ImageHeader.maxHeaderBytes { head += chunk.prefix(ImageHeader.maxHeaderBytes - head.count) }
-            try digest.update(chunk)
+        let lookedAt = FileIdentity.wallClockNanoseconds()
+        let before = try file.identity()
+        let head: [UInt8]
+        if let known = hashes?.hash(of: before) {
+            head = try file.read(at: 0, count: Int(min(before.size, UInt64(ImageHeader.maxHeaderBytes))))
+            sha256 = known
+            hashed = false
+        } else {
+            let digest = try SHA256Digest()
+            var first: [UInt8] = []
+            let at = try file.readChunks(upTo: before.size) { chunk in
+                if first.count < ImageHeader.maxHeaderBytes { first += chunk.prefix(ImageHeader.maxHeaderBytes - first.count) }
+                try digest.update(chunk)
+            }
+            let after = try file.identity()
+            guard at == before.size, after.size == before.size, after.modified == before.modified else { throw ChangedWhileHashing(path: path) }
+            head = first
+            sha256 = try digest.finish()
+            hashed = true
         }
-        let after = try file.status()
-        guard at == size, after.size == size, after.modified == modified else {
-            throw ChangedWhileHashing(path: path)
+        size = before.size
+        modified = before.modified
+        if let hashes, hashes.mayRemember(before, lookedAt: lookedAt) {
+            identity = before
+            if hashed { hashes.remember(before, sha256: sha256) }
+        } else {
+            identity = nil
         }
-        self.size = size
-        self.modified = modified
-        sha256 = try digest.finish()
         image = ImageHeader.parse(head)
         self.mediaType = mediaType ?? image?.format.mediaType ?? "application/octet-stream"
         self.name = name ?? Self.fileName(of: path)

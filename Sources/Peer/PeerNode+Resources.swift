@@ -26,9 +26,10 @@ extension PeerNode {
         let targets = try sessionConnections(peers)
         guard !targets.isEmpty else { throw PeerError.notConnected("(no session is up)") }
         let mayOffer = config.mayOffer
+        let hashes = transfers.hashes
         func open(_ path: String) async throws -> OutgoingFile {
             // Hashing a large file takes seconds: off the cooperative pool.
-            try await onOwnThread { try OutgoingFile(path: path, name: name, mediaType: mediaType, mayOffer: mayOffer) }
+            try await onOwnThread { try OutgoingFile(path: path, name: name, mediaType: mediaType, hashes: hashes, mayOffer: mayOffer) }
         }
         func notAnImage(_ file: OutgoingFile, _ what: String) -> PeerError {
             .invalid("path", "\(what) is not a PNG or JPEG image (its first bytes say \(file.mediaType))")

@@ -42,6 +42,9 @@ public struct PeerNodeConfig: Sendable {
     /// Whether a client may offer the file at this resolved path (the daemon keeps its own
     /// key and state from being sent; the default allows every path).
     public var mayOffer: @Sendable (String) -> Bool = { _ in true }
+    /// Files changed less than this long (nanoseconds) before they are offered do not have
+    /// their hashes remembered (`FileHashes.racyMargin`; tests set 0).
+    public var hashRacyMargin: Int64 = FileHashes.defaultRacyMargin
 
     /// Settings with defaults and `displayName`.
     public init(displayName: String) { self.displayName = displayName }

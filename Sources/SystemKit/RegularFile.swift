@@ -56,6 +56,13 @@ public final class RegularFile: @unchecked Sendable {
         return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
+    /// The open file's identity now (`FileIdentity`).
+    public func identity() throws -> FileIdentity {
+        var info = stat()
+        try syscall("fstat", context: path) { fstat(fd, &info) }
+        return FileIdentity(info)
+    }
+
     /// Up to `count` bytes from `offset`; fewer only at the end of the file.
     public func read(at offset: UInt64, count: Int) throws -> [UInt8] {
         guard count > 0 else { return [] }

@@ -95,7 +95,7 @@ import Testing
         let dir = try Directory()
         let bytes = Self.content(3000, seed: 5)
         let old = try Self.offer("old.bin", bytes), young = try Self.offer("young.bin", Self.content(3000, seed: 6), id: 2)
-        let start = Inbox.wallClockNanoseconds()
+        let start = FileIdentity.wallClockNanoseconds()
         do {
             let inbox = try Inbox(directory: dir.path, bootID: "boot-1")
             #expect(inbox.removedParts == 0)
@@ -121,7 +121,7 @@ import Testing
         let c = try later.receive(old, from: Self.peer)
         try c.write(Array(bytes[0..<700]))
         c.suspend()
-        let kept = try Inbox(directory: dir.path, bootID: "boot-4", now: Inbox.wallClockNanoseconds() + 29 * day)
+        let kept = try Inbox(directory: dir.path, bootID: "boot-4", now: FileIdentity.wallClockNanoseconds() + 29 * day)
         #expect(kept.removedParts == 0)
         #expect(try kept.receive(old, from: Self.peer).offset == 700)
     }

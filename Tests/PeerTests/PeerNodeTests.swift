@@ -22,7 +22,8 @@ import Testing
         init(_ name: String, accept: AcceptPolicy = .all, maxPeers: Int = 8, encryption: EncryptionPreference = .required,
              ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
              acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
-             outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true) throws {
+             outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true,
+             hashRacyMargin: Int64? = nil) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
@@ -35,6 +36,7 @@ import Testing
             config.transferJournal = journal
             config.outboxDirectory = outbox
             if let mayOffer { config.mayOffer = mayOffer }
+            if let hashRacyMargin { config.hashRacyMargin = hashRacyMargin }
             self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
