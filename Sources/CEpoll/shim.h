@@ -35,4 +35,12 @@ static inline int peerlink_epoll_wait(int epfd, uint64_t *tokens, uint32_t *even
     }
     return n;
 }
+/// The type of the file system `fd` is on (`statfs`'s f_type, a linux/magic.h number), which
+/// Swift's Glibc module does not export either; -1 when it cannot be told.
+#include <sys/vfs.h>
+static inline int64_t peerlink_file_system_type(int fd) {
+    struct statfs info;
+    return fstatfs(fd, &info) == 0 ? (int64_t)info.f_type : -1;
+}
+
 #endif

@@ -7,15 +7,18 @@ import SystemKit
 /// is the one pass over a file that runs alone, before the first byte is sent: about 0.7 s a
 /// GiB on a desktop core, many seconds on a board.
 ///
-/// Why an identity may stand for the content: any write changes the file's change time
-/// (`st_ctim`), which no program can set back. Two limits, both handled:
-/// - File systems keep times to a clock tick (a jiffy on ext4 and tmpfs, 2 s on FAT), so a
-///   write just after a look may leave them as they were. A file whose change time is within
-///   `racyMargin` of when it was looked at is therefore not remembered (git's "racily clean"
-///   entries, handled the same way).
-/// - What is not caught here (a clock set back, a file system that keeps no change time) is
-///   caught by the receiver, which checks the hash of every byte it got: the transfer fails
-///   with `hash-mismatch`, and nothing wrong is saved.
+/// Why an identity may stand for the content: a write changes the file's change time
+/// (`st_ctim`), which no program can set back, on the file systems that keep one
+/// (`RegularFile.keepsChangeTimes`: files elsewhere, FAT, FUSE, network ones, are hashed
+/// every time). The limits, and what covers each:
+/// - Times are kept to a clock tick (a jiffy), so a write just after a look may leave them
+///   as they were. A file whose change time is within `racyMargin` of when it was looked at
+///   is not remembered (git's "racily clean" entries, handled the same way).
+/// - A write through a shared mapping to a page already dirty changes no time until the
+///   page is written back; a clock set back can repeat a time. What such a change leaves
+///   wrong, the receiver catches: it checks the hash of every byte it got, the transfer fails
+///   with `hash-mismatch` and nothing wrong is saved; the sender then forgets that hash
+///   (`forget`), so the next send reads the file again.
 public final class FileHashes: Sendable {
     /// How many files are remembered; the least recently used goes first.
     public static let defaultCapacity = 1024
@@ -68,6 +71,11 @@ public final class FileHashes: Sendable {
             guard s.entries.count > capacity, let oldest = s.entries.min(by: { $0.value.used < $1.value.used })?.key else { return }
             s.entries[oldest] = nil
         }
+    }
+
+    /// Forgets the file of `identity` (a receiver found its remembered hash wrong).
+    public func forget(_ identity: FileIdentity) {
+        state.withLock { _ = $0.entries.removeValue(forKey: identity) }
     }
 
     /// How many files are remembered.

@@ -88,9 +88,11 @@ final class NodeTransfers: Sendable {
         state.withLock { s in
             for (t, path, identity) in restored {
                 s.records[t.id] = Record(transfer: t, path: path, identity: identity)
-                if let identity { hashes.remember(identity, sha256: t.sha256) }
                 s.nextID = max(s.nextID, t.id + 1)
             }
+        }
+        for (t, _, identity) in restored {
+            if let identity { hashes.remember(identity, sha256: t.sha256) }
         }
         if !restored.isEmpty { logger.notice("outgoing transfers waiting for their peers", ["count": "\(restored.count)"]) }
         tidyCopies()
@@ -280,6 +282,10 @@ final class NodeTransfers: Sendable {
         case .ended(let rid, _, let reason, let detail, let byPeer, let bytes):
             finish(c, rid) { r in
                 r.transfer.bytes = bytes
+                // The receiver found other bytes than the hash offered: a remembered hash may
+                // be what was wrong (a change its file's times did not show), and kept it would
+                // fail every send of the file again.
+                if reason == .hashMismatch, r.transfer.outgoing, let identity = r.identity { hashes.forget(identity) }
                 return .ended(r.transfer, reason: reason, detail: detail, byPeer: byPeer)
             }
         case .interrupted(let rid, let outgoing, let bytes):

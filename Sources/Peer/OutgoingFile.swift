@@ -35,8 +35,10 @@ public final class OutgoingFile: @unchecked Sendable {
 
     /// Opens and hashes `path` (or takes its hash from `hashes`, and remembers it there).
     /// Errors name the path and the failing call. `mayOffer` is asked about the file actually
-    /// opened (symbolic links resolved); false refuses it.
-    public init(path: String, name: String? = nil, mediaType: String? = nil, hashes: FileHashes? = nil,
+    /// opened (symbolic links resolved); false refuses it. `ownCopy`: the node wrote the file
+    /// itself and nothing writes it again (an outbox copy), so its hash is remembered even
+    /// though it changed just now (`FileHashes.racyMargin` guards against later writes).
+    public init(path: String, name: String? = nil, mediaType: String? = nil, hashes: FileHashes? = nil, ownCopy: Bool = false,
                 mayOffer: (String) -> Bool = { _ in true }) throws {
         self.path = path
         file = try RegularFile.openForReading(path)
@@ -46,6 +48,7 @@ public final class OutgoingFile: @unchecked Sendable {
         let lookedAt = FileIdentity.wallClockNanoseconds()
         let before = try file.identity()
         let head: [UInt8]
+        var steady = true
         if let known = hashes?.hash(of: before) {
             head = try file.read(at: 0, count: Int(min(before.size, UInt64(ImageHeader.maxHeaderBytes))))
             sha256 = known
@@ -59,13 +62,15 @@ public final class OutgoingFile: @unchecked Sendable {
             }
             let after = try file.identity()
             guard at == before.size, after.size == before.size, after.modified == before.modified else { throw ChangedWhileHashing(path: path) }
+            // Its content the same, something else changed (a chmod): offered, not remembered.
+            steady = after == before
             head = first
             sha256 = try digest.finish()
             hashed = true
         }
         size = before.size
         modified = before.modified
-        if let hashes, hashes.mayRemember(before, lookedAt: lookedAt) {
+        if let hashes, steady, ownCopy || hashes.mayRemember(before, lookedAt: lookedAt), file.keepsChangeTimes() {
             identity = before
             if hashed { hashes.remember(before, sha256: sha256) }
         } else {

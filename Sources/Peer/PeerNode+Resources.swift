@@ -5,7 +5,8 @@ import SystemKit
 /// keeps the transfers and `PeerConnection` moves their bytes.
 extension PeerNode {
     /// Offers the file at `path` to each of `peers` (every session when empty) as `name` (the
-    /// file's own name when nil). The file is hashed once, here, and read once for all of
+    /// file's own name when nil). The file is hashed once, here (unless its hash is remembered
+    /// from an earlier offer: `FileHashes`), and read once for all of
     /// them (the receivers share the page cache); the transfers start as each peer accepts.
     /// `imagesOnly`: refuse a file that is not a PNG or JPEG (`send-image`).
     public func sendResource(path: String, name: String? = nil, mediaType: String? = nil, to peers: [PeerID],
@@ -52,7 +53,7 @@ extension PeerNode {
             let file: OutgoingFile
             do {
                 try await onOwnThread { try outbox.copy(from: fd, to: copy, expectedSize: size) }
-                file = try await onOwnThread { try OutgoingFile(path: copy, name: offered, mediaType: mediaType) }
+                file = try await onOwnThread { try OutgoingFile(path: copy, name: offered, mediaType: mediaType, hashes: hashes, ownCopy: true) }
             } catch {
                 transfers.discardCopy(copy)
                 throw PeerError.invalid("descriptor", "cannot keep a copy of the passed bytes in \(outbox.directory): \(error)")

@@ -9,8 +9,8 @@ import Darwin
 /// by `close()` or when the last reference goes. Not for sockets (`Channel`) nor for small
 /// state files (`AtomicFile`).
 public final class RegularFile: @unchecked Sendable {
-    /// The descriptor (-1 once closed).
-    private var fd: Int32
+    /// The descriptor (-1 once closed); read by this module's extensions.
+    private(set) var fd: Int32
     /// The path it was opened at, for errors.
     public let path: String
 
@@ -51,9 +51,8 @@ public final class RegularFile: @unchecked Sendable {
     /// The file's size and when its content last changed (nanoseconds since 1970): together,
     /// what says a file was not modified between two looks.
     public func status() throws -> (size: UInt64, modified: Int64) {
-        var info = stat()
-        try syscall("fstat", context: path) { fstat(fd, &info) }
-        return (UInt64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+        let now = try identity()
+        return (now.size, now.modified)
     }
 
     /// The open file's identity now (`FileIdentity`).

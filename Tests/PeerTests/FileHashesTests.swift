@@ -40,6 +40,30 @@ import Testing
         #expect(!hashes.mayRemember(changed, lookedAt: 9_000_000_000))
     }
 
+    /// Only file systems whose change time follows every write have their files remembered:
+    /// the ext4 and tmpfs under the tests do, /proc does not.
+    @Test func changeTimesAreTrustedOnLocalFileSystemsOnly() throws {
+        let dir = try Directory()
+        let path = try PeerResourceTests.write([1], in: dir, "f")
+        #expect(try RegularFile.openForReading(path).keepsChangeTimes(), "\(path)")
+        #expect(try RegularFile.openForReading("/dev/shm").keepsChangeTimes() == FileManager.default.fileExists(atPath: "/dev/shm"))
+        #expect(try !RegularFile.openForReading("/proc/self/status").keepsChangeTimes())
+    }
+
+    /// A file may carry a time past 2262 (ext4 and tmpfs keep one): in nanoseconds it is
+    /// past Int64, and multiplying it out trapped (any client could stop the daemon by
+    /// offering such a file). It is held at Int64.max, and such a file is not remembered.
+    @Test func aTimePast2262IsHeldNotTrapped() throws {
+        let dir = try Directory()
+        let path = try PeerResourceTests.write([7, 7, 7], in: dir, "future")
+        var times = [timespec(tv_sec: 10_413_792_000, tv_nsec: 0), timespec(tv_sec: 10_413_792_000, tv_nsec: 0)]  // 2300-01-01
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+        let identity = try RegularFile.openForReading(path).identity()
+        #expect(identity.modified == .max && identity.changed < .max)
+        let f = try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0))
+        #expect(f.sha256 == (try SHA256Digest.hash([7, 7, 7])))
+    }
+
     /// A PNG, so that the header read without the hash is seen to be read.
     static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13] + Array("IHDR".utf8)
         + [0, 0, 0, 32, 0, 0, 0, 16, 8, 6, 0, 0, 0, 1, 2, 3, 4] + (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
@@ -51,9 +75,13 @@ import Testing
         let first = try OutgoingFile(path: path, hashes: hashes)
         #expect(first.hashed && first.identity != nil && hashes.count == 1)
         #expect(first.sha256 == (try SHA256Digest.hash(Self.png)))
+        #expect(hashes.hash(of: try #require(first.identity)) == first.sha256)
+        // A made-up hash in its place shows the next offer takes the table's word for it.
+        let madeUp = [UInt8](repeating: 0xAB, count: 32)
+        hashes.remember(try #require(first.identity), sha256: madeUp)
         let again = try OutgoingFile(path: path, name: "other", hashes: hashes)
-        #expect(!again.hashed, "its hash was remembered")
-        #expect(again.sha256 == first.sha256 && again.size == first.size && again.identity == first.identity)
+        #expect(!again.hashed && again.sha256 == madeUp, "its hash was taken from the table")
+        #expect(again.size == first.size && again.identity == first.identity)
         #expect(again.mediaType == "image/png" && again.image == ImageHeader(format: .png, width: 32, height: 16))
         #expect(try again.read(at: 0, count: 8) == Array(Self.png[0..<8]))
     }
@@ -74,6 +102,31 @@ import Testing
         #expect(hashes.count == 2)
     }
 
+    /// A file rewritten in place (same inode, same size) is another identity once its times
+    /// move (they move by a clock tick: the rewrite is repeated until they have).
+    @Test func aFileRewrittenInPlaceIsHashedAgain() throws {
+        let dir = try Directory()
+        let path = try PeerResourceTests.write([UInt8](repeating: 4, count: 5000), in: dir, "in-place.bin")
+        let hashes = FileHashes(racyMargin: 0)
+        let first = try OutgoingFile(path: path, hashes: hashes)
+        let before = try #require(first.identity)
+        let other = [UInt8](repeating: 5, count: 5000)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        let deadline = ContinuousClock.now + .seconds(10)
+        var now = before
+        while now == before, ContinuousClock.now < deadline {
+            try handle.seek(toOffset: 0)
+            try handle.write(contentsOf: Data(other))
+            now = try RegularFile.openForReading(path).identity()
+            if now == before { usleep(1000) }
+        }
+        #expect(now.inode == before.inode && now.size == before.size && now != before, "the times moved")
+        let again = try OutgoingFile(path: path, hashes: hashes)
+        let expected = try SHA256Digest.hash(other)
+        #expect(again.hashed && again.sha256 == expected)
+    }
+
     /// A file written just now may be written again within the same tick of its file
     /// system's clock, leaving its times as they were: it is hashed every time until its last
     /// change is older than the margin.
@@ -90,8 +143,11 @@ import Testing
     }
 
     /// The journal keeps each file's identity with its hash: a restarted sender knows the
-    /// hash of a file unchanged since, and offers it again without reading it through.
-    @Test func aRestartedSenderTakesTheHashFromItsJournal() async throws {
+    /// hash of a file unchanged since, and offers it again without reading it through. Shown
+    /// with a made-up hash put in the journal: the resumed offer carries it (read through,
+    /// the file would have another hash and go as a new transfer, `source-changed`); the
+    /// receiver then finds the bytes wrong (`hash-mismatch`), and the sender forgets it.
+    @Test func aRestartedSenderTakesTheHashFromItsJournalAndForgetsAWrongOne() async throws {
         let dir = try Directory()
         let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox"), acceptResources: .ask)
         defer { a.node.stop() }
@@ -102,23 +158,36 @@ import Testing
         let first = try Node("sender", identity: identity, journal: journal, hashRacyMargin: 0)
         _ = try await first.node.connect(to: a.address)
         let sent = try await first.node.sendResource(path: path, to: [])
-        #expect(await a.wait("offered") { if case .resource(.offered) = $0 { true } else { false } } != nil)
+        guard case .resource(.offered(let firstOffer))? = await a.wait("offered", { if case .resource(.offered) = $0 { true } else { false } }) else {
+            Issue.record("not offered")
+            return
+        }
         first.node.stop()
         let saved = try JSONDecoder().decode(SavedJournal.self, from: Data(contentsOf: URL(fileURLWithPath: journal)))
         let file = try #require(saved.transfers.first?.file)
         #expect(file.size == 70_000 && file.modified > 1_000_000_000_000_000_000, "nanoseconds since 1970, kept exactly")
+        #expect(try RegularFile.openForReading(path).identity() == file, "the file is as it was")
+        let real = Fingerprint.hexString(sent[0].sha256)
+        let madeUp = String(repeating: "ab", count: 32)
+        let text = try String(contentsOfFile: journal, encoding: .utf8)
+        #expect(text.contains(real))
+        try text.replacingOccurrences(of: real, with: madeUp).write(toFile: journal, atomically: true, encoding: .utf8)
 
         let again = try Node("sender", identity: identity, journal: journal, hashRacyMargin: 0)
         defer { again.node.stop() }
-        #expect(again.node.transfers.hashes.hash(of: file) == sent[0].sha256, "read back with the journal")
-        #expect(try RegularFile.openForReading(path).identity() == file, "the file is as it was")
+        #expect(again.node.transfers.hashes.hash(of: file).map(Fingerprint.hexString) == madeUp, "read back with the journal")
         _ = try await again.node.connect(to: a.address)
         let offered = await a.wait("offered again") { e in
-            if case .resource(.offered(let t)) = e { t.id != sent[0].id } else { false }
+            if case .resource(.offered(let t)) = e { t.id != firstOffer.id } else { false }
         }
         guard case .resource(.offered(let t))? = offered else { Issue.record("not offered again"); return }
+        #expect(Fingerprint.hexString(t.sha256) == madeUp && t.size == 70_000, "the journal's hash, the file not read through")
         try a.node.answer(resource: t.id, accept: true)
-        #expect(await PeerResourceTests.received(a)?.1.size == 70_000)
+        let ended = await again.wait("hash-mismatch") { e in
+            if case .resource(.ended(let t, .hashMismatch, _, _)) = e { t.id == sent[0].id } else { false }
+        }
+        #expect(ended != nil, "the receiver found the bytes wrong")
+        #expect(again.node.transfers.hashes.hash(of: file) == nil, "and the sender forgot that hash")
     }
 
     private struct SavedJournal: Decodable {
