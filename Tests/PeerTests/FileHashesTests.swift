@@ -149,20 +149,9 @@ import Testing
     /// receiver then finds the bytes wrong (`hash-mismatch`), and the sender forgets it.
     @Test func aRestartedSenderTakesTheHashFromItsJournalAndForgetsAWrongOne() async throws {
         let dir = try Directory()
-        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox"), acceptResources: .ask)
+        let s = try await PeerResourceTests.senderStoppedAfterAnOffer(dir, hashRacyMargin: 0)
+        let (a, identity, journal, path, sent, firstOffer) = (s.a, s.identity, s.journal, s.path, [s.sent], s.firstOffer)
         defer { a.node.stop() }
-        let identity = try TLSIdentity.ephemeral()
-        let journal = dir.path + "/outgoing.json"
-        let content = InboxTests.content(70_000)
-        let path = try PeerResourceTests.write(content, in: dir, "j.bin")
-        let first = try Node("sender", identity: identity, journal: journal, hashRacyMargin: 0)
-        _ = try await first.node.connect(to: a.address)
-        let sent = try await first.node.sendResource(path: path, to: [])
-        guard case .resource(.offered(let firstOffer))? = await a.wait("offered", { if case .resource(.offered) = $0 { true } else { false } }) else {
-            Issue.record("not offered")
-            return
-        }
-        first.node.stop()
         let saved = try JSONDecoder().decode(SavedJournal.self, from: Data(contentsOf: URL(fileURLWithPath: journal)))
         let file = try #require(saved.transfers.first?.file)
         #expect(file.size == 70_000 && file.modified > 1_000_000_000_000_000_000, "nanoseconds since 1970, kept exactly")

@@ -155,6 +155,39 @@ import Testing
         #expect(await Self.ended(a, outgoing: false)?.1 == .tooLarge)
     }
 
+    /// Where a sender restart begins: receiver `a` (policy `ask`, so the transfer waits for
+    /// its client) was offered `j.bin` (70,000 bytes) by a sender with `identity` and
+    /// `journal`, and that sender has stopped (its transfer interrupted). The caller stops `a`.
+    struct StoppedSender {
+        let a: Node
+        let identity: TLSIdentity
+        let journal: String
+        let path: String
+        /// The sender's transfer.
+        let sent: ResourceTransfer
+        /// The receiver's transfer of the first offer.
+        let firstOffer: ResourceTransfer
+    }
+
+    static func senderStoppedAfterAnOffer(_ dir: Directory, hashRacyMargin: Int64? = nil) async throws -> StoppedSender {
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox"), acceptResources: .ask)
+        let identity = try TLSIdentity.ephemeral()
+        let journal = dir.path + "/outgoing.json"
+        let path = try Self.write(InboxTests.content(70_000), in: dir, "j.bin")
+        let first = try Node("sender", identity: identity, journal: journal, hashRacyMargin: hashRacyMargin)
+        _ = try await first.node.connect(to: a.address)
+        let sent = try #require(try await first.node.sendResource(path: path, to: []).first)
+        let offered = await a.wait("offered") { if case .resource(.offered) = $0 { true } else { false } }
+        first.node.stop()
+        guard case .resource(.offered(let firstOffer))? = offered else {
+            a.node.stop()
+            Issue.record("the receiver was not offered the file")
+            throw CancellationError()
+        }
+        #expect(await first.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.id == sent.id } else { false } } != nil)
+        return StoppedSender(a: a, identity: identity, journal: journal, path: path, sent: sent, firstOffer: firstOffer)
+    }
+
     /// The sender's daemon restarts mid-transfer (here: while the receiver's client is
     /// asked): the transfer is in its journal, and once the peer's session is back it is
     /// offered again under the same number. A file changed meanwhile ends it
@@ -162,20 +195,9 @@ import Testing
     @Test(arguments: [false, true])
     func aSenderRestartOffersAgainFromItsJournal(changed: Bool) async throws {
         let dir = try Directory()
-        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox"), acceptResources: .ask)
+        let s = try await Self.senderStoppedAfterAnOffer(dir)
+        let (a, identity, journal, sent, firstOffer) = (s.a, s.identity, s.journal, [s.sent], s.firstOffer)
         defer { a.node.stop() }
-        let identity = try TLSIdentity.ephemeral()
-        let journal = dir.path + "/outgoing.json"
-        let path = try Self.write(InboxTests.content(70_000), in: dir, "j.bin")
-        let first = try Node("sender", identity: identity, journal: journal)
-        _ = try await first.node.connect(to: a.address)
-        let sent = try await first.node.sendResource(path: path, to: [])
-        guard case .resource(.offered(let firstOffer))? = await a.wait("offered", { if case .resource(.offered) = $0 { true } else { false } }) else {
-            Issue.record("not offered")
-            return
-        }
-        first.node.stop()
-        #expect(await first.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.id == sent[0].id } else { false } } != nil)
         if changed { _ = try Self.write(InboxTests.content(70_001), in: dir, "j.bin") }
 
         let again = try Node("sender", identity: identity, journal: journal)
