@@ -123,8 +123,10 @@ struct ConnectionTransfers {
 
     // MARK: Commands
 
-    /// Offers `file` under `name`: its id and the RESOURCE_OFFER.
-    mutating func offer(_ file: OutgoingFile, name: String, now: ContinuousClock.Instant) -> (id: UInt32, frame: Frame) {
+    /// Offers `file` under `name`: its id and the RESOURCE_OFFER, or no frame while
+    /// `ResourceTable.maxInProgress` resources are on their way to the peer (the offer goes
+    /// when one of them ends: `Outcome.frames` of that step).
+    mutating func offer(_ file: OutgoingFile, name: String, now: ContinuousClock.Instant) -> (id: UInt32, frame: Frame?) {
         let (id, frame) = table.offer(name: name, size: file.size, sha256: file.sha256, mediaType: file.mediaType)
         sending[id] = Sending(file: file, reported: now)
         return (id, frame)
@@ -166,10 +168,16 @@ struct ConnectionTransfers {
     /// Ends resource `id` from this side, either way (the user cancelled, a file failed).
     mutating func cancel(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
         var out = Outcome()
-        guard let frame = table.cancel(id, reason: reason) else { return out }
-        out.frames.append(frame)
-        out.dropped.append(id)
+        if table.isHeld(id) {
+            // Never offered: it ends here without a word to the peer.
+            _ = table.cancel(id, reason: reason)
+        } else {
+            guard let frame = table.cancel(id, reason: reason) else { return out }
+            out.frames.append(frame)
+            out.dropped.append(id)
+        }
         if let e = forget(id, reason, detail, byPeer: false, &out) { out.events.append(e) }
+        out.frames += table.releaseHeld()
         return out
     }
 
@@ -417,7 +425,8 @@ struct ConnectionTransfers {
             out.events.append(.started(id: id, outgoing: true, offset: offset))
         case .declined(let id, let reason):
             sending[id] = nil
-            out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: "the peer declined it", byPeer: true, bytes: 0))
+            let detail = reason == .busy ? "the peer has as many resources in progress as it takes" : "the peer declined it"
+            out.events.append(.ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: true, bytes: 0))
         case .data:
             break  // handed to the file's writer above
         case .complete(let id):
@@ -441,9 +450,13 @@ struct ConnectionTransfers {
             out.frames.append(reply)
             out.dropped.append(id)
             if let e = forget(id, .protocolError, why, byPeer: false, &out) { out.events.append(e) }
+        case .refused(_, let reply):
+            out.frames.append(reply)
         case .ignored:
             break
         }
+        // A resource of ours that ended makes room for an offer held back.
+        out.frames += table.releaseHeld()
         return out
     }
 

@@ -16,7 +16,7 @@ extension PeerConnection {
             guard !s.closed, s.machine.state == .connected else { return (nil, []) }
             let (id, frame) = s.transfers.offer(file, name: name, now: .now)
             bind(id)
-            enqueue(frame, &s)
+            if let frame { enqueue(frame, &s) }
             pump(&s)
             return (id, takeLater(&s))
         }

@@ -20,6 +20,10 @@
 /// RESOURCE_CANCEL (`protocol-error`) to send; the session and its other resources go on.
 /// Frames for a resource that has ended are ignored: they may have been in flight when it
 /// ended (a cancel crossing data on the wire).
+///
+/// At most `maxInProgress` resources are in progress each way: an offer from the peer past
+/// that is refused (RESOURCE_DECLINE `busy`), and this side's own offers past it are held
+/// back, in order, until one of its resources ends (`releaseHeld`).
 public struct ResourceTable: Sendable {
     /// One resource as the table knows it.
     public struct Transfer: Sendable, Hashable {
@@ -64,6 +68,9 @@ public struct ResourceTable: Sendable {
         /// The peer broke the rules for this resource: it has ended; send `reply` (a
         /// RESOURCE_CANCEL with `protocol-error`) and drop what was received.
         case violation(id: UInt32, why: String, reply: Frame)
+        /// The peer offered a resource while `maxInProgress` of its resources were in
+        /// progress: send `reply` (RESOURCE_DECLINE `busy`); nothing else happens.
+        case refused(id: UInt32, reply: Frame)
         /// A frame for a resource that has ended (in flight when it ended): nothing to do.
         case ignored(id: UInt32)
     }
@@ -74,8 +81,19 @@ public struct ResourceTable: Sendable {
         public let description: String
     }
 
-    /// The resources in progress, by id.
+    /// Resources in progress each way, at most (docs/peer-protocol.md, section 2): each one the
+    /// peer sends holds a part file open and may hold its window of the connection's, so a
+    /// peer offering without end would run this side out of descriptors. Every receiver takes
+    /// at least this many at once; a sender keeps its offers past it back.
+    public static let maxInProgress = 16
+
+    /// The resources in progress, by id (this side's held-back offers are not among them: the
+    /// peer has not heard of those).
     public private(set) var transfers: [UInt32: Transfer] = [:]
+    /// This side's offers not sent yet (`maxInProgress` of its resources were in progress), in order.
+    public private(set) var held: [ResourceOffer] = []
+    /// Entries of `transfers` each way.
+    private var outgoingCount = 0, incomingCount = 0
     /// Ids that have ended: a late frame for one is ignored, a new offer reusing one is
     /// refused. Four bytes a resource for the connection's life.
     private var ended: Set<UInt32> = []
@@ -91,12 +109,37 @@ public struct ResourceTable: Sendable {
 
     // MARK: Commands
 
-    /// Offers a resource; returns its id and the RESOURCE_OFFER to send.
-    public mutating func offer(name: String, size: UInt64, sha256: [UInt8], mediaType: String) -> (id: UInt32, frame: Frame) {
+    /// Offers a resource; returns its id and the RESOURCE_OFFER to send, or no frame when
+    /// `maxInProgress` of this side's resources are in progress: the offer is held back, and
+    /// `releaseHeld` gives it once one of them ends.
+    public mutating func offer(name: String, size: UInt64, sha256: [UInt8], mediaType: String) -> (id: UInt32, frame: Frame?) {
         let id = allocateID()
         let offer = ResourceOffer(resourceID: id, name: name, size: size, sha256: sha256, mediaType: mediaType)
-        transfers[id] = Transfer(offer: offer, outgoing: true, phase: .offered)
+        guard held.isEmpty, outgoingCount < Self.maxInProgress else {
+            held.append(offer)
+            return (id, nil)
+        }
+        start(offer)
         return (id, .resourceOffer(offer))
+    }
+
+    /// The held-back offers there is room for now, in order: their RESOURCE_OFFERs to send.
+    public mutating func releaseHeld() -> [Frame] {
+        var frames: [Frame] = []
+        while !held.isEmpty, outgoingCount < Self.maxInProgress {
+            let offer = held.removeFirst()
+            start(offer)
+            frames.append(.resourceOffer(offer))
+        }
+        return frames
+    }
+
+    /// Whether `id` is one of this side's offers held back (the peer has not heard of it).
+    public func isHeld(_ id: UInt32) -> Bool { held.contains { $0.resourceID == id } }
+
+    private mutating func start(_ offer: ResourceOffer) {
+        transfers[offer.resourceID] = Transfer(offer: offer, outgoing: true, phase: .offered)
+        outgoingCount += 1
     }
 
     /// An id of this side's for a stream (resources and streams share one id space): no
@@ -181,8 +224,14 @@ public struct ResourceTable: Sendable {
     }
 
     /// Ends a resource from this side (the user cancelled, the hash did not match, the disk
-    /// filled): the RESOURCE_CANCEL to send, or nil when it had already ended.
+    /// filled): the RESOURCE_CANCEL to send, or nil when it had already ended or was held
+    /// back (`isHeld`: it ends without a word, since the peer never heard of it).
     public mutating func cancel(_ id: UInt32, reason: Reason) -> Frame? {
+        if let i = held.firstIndex(where: { $0.resourceID == id }) {
+            held.remove(at: i)
+            ended.insert(id)
+            return nil
+        }
         guard transfers[id] != nil else { return nil }
         end(id)
         return .resourceCancel(resourceID: id, reason: reason)
@@ -191,6 +240,10 @@ public struct ResourceTable: Sendable {
     /// The connection ended: every resource in progress, for the caller to report (and, for
     /// incoming ones, keep for resuming).
     public mutating func connectionEnded() -> [Transfer] {
+        for offer in held {
+            start(offer)
+        }
+        held = []
         let all = transfers.keys.sorted().compactMap { transfers[$0] }
         for t in all { end(t.offer.resourceID) }
         return all
@@ -203,7 +256,9 @@ public struct ResourceTable: Sendable {
     }
 
     private mutating func end(_ id: UInt32) {
-        transfers.removeValue(forKey: id)
+        if let t = transfers.removeValue(forKey: id) {
+            if t.outgoing { outgoingCount -= 1 } else { incomingCount -= 1 }
+        }
         ended.insert(id)
     }
 
@@ -264,7 +319,13 @@ public struct ResourceTable: Sendable {
         // An id in progress: that resource is lost as well. One that has ended (a resource's
         // or a stream's), or of this side's parity: refused.
         if let why = peerIDProblem(id) { return violation(id, "resource \(why)", known: transfers[id] != nil) }
+        guard incomingCount < Self.maxInProgress else {
+            // Remembered like any id used (a late frame for it is ignored): four bytes.
+            ended.insert(id)
+            return .refused(id: id, reply: .resourceDecline(resourceID: id, reason: .busy))
+        }
         transfers[id] = Transfer(offer: o, outgoing: false, phase: .offered)
+        incomingCount += 1
         return .offered(o)
     }
 

@@ -84,6 +84,40 @@ import Testing
         }
     }
 
+    /// More files at once than a peer takes in progress (16; here all wait for a client's
+    /// answer): the sender holds the rest back and offers each as one ends, so every one
+    /// arrives and none is refused `busy`.
+    @Test func moreFilesThanThePeerTakesAtOnceAllArrive() async throws {
+        let dir = try Directory()
+        let (a, b) = try await Self.pair(dir, policy: .ask)
+        defer { a.node.stop(); b.node.stop() }
+        let count = ResourceTable.maxInProgress + 8
+        var contents: [String: [UInt8]] = [:]
+        for i in 0..<count {
+            let bytes = InboxTests.content(70_000 + i, seed: i)
+            contents["m\(i).bin"] = bytes
+            _ = try await b.node.sendResource(path: try Self.write(bytes, in: dir, "m\(i).bin"), to: [a.node.peerID])
+        }
+        // Each offer in turn is asked about and accepted; the 17th comes once the first ends.
+        for i in 0..<count {
+            guard case .resource(.offered(let t))? = await a.wait("m\(i).bin offered", { e in
+                if case .resource(.offered(let t)) = e { t.name == "m\(i).bin" } else { false }
+            }) else {
+                Issue.record("m\(i).bin was not offered")
+                return
+            }
+            try a.node.answer(resource: t.id, accept: true)
+        }
+        for i in 0..<count {
+            guard let (_, file) = await Self.received(a, "m\(i).bin") else {
+                Issue.record("m\(i).bin did not arrive")
+                break
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file.path)) == Data(contents[file.name] ?? []), "\(file.name)")
+        }
+        #expect(b.count { if case .resource(.ended) = $0 { true } else { false } } == 0, "none refused")
+    }
+
     /// A peer's name is never a path: `../../x` lands in the inbox as `x`, and a second file
     /// of the same name is numbered.
     @Test func namesFromThePeerStayInTheInbox() async throws {

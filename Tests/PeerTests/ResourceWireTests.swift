@@ -81,6 +81,30 @@ import Testing
         #expect(try await Self.stillUp(a, raw, 1))
     }
 
+    /// A peer offering without end: the node takes 16 resources in progress (each accepted
+    /// one holds a part file open) and answers the rest `busy`, asking its clients about none
+    /// of them; the session goes on, and once one ends the next offer is taken.
+    @Test func offersPastSixteenInProgressAreRefusedBusy() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let (a, raw, _) = try await PeerFlowTests.rawSession("flood", inbox: inbox, policy: .ask)
+        defer { raw.close(); a.node.stop() }
+        let n = ResourceTable.maxInProgress
+        let offers = (0..<(n + 4)).map { i in
+            ResourceOffer(resourceID: UInt32(2 * i + 1), name: "f\(i)", size: 4, sha256: [UInt8](repeating: 2, count: 32), mediaType: "x/y")
+        }
+        try await Self.send(raw, offers.map { .resourceOffer($0) })
+        for o in offers[n...] {
+            #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceDecline(resourceID: o.resourceID, reason: .busy))
+        }
+        #expect(try await Self.stillUp(a, raw, 1))
+        #expect(a.count { if case .resource(.offered) = $0 { true } else { false } } == n, "clients asked about the 16 taken only")
+        // The peer cancels one: room for the next.
+        let next = ResourceOffer(resourceID: UInt32(2 * (n + 4) + 1), name: "next", size: 4, sha256: [UInt8](repeating: 2, count: 32), mediaType: "x/y")
+        try await Self.send(raw, [.resourceCancel(resourceID: 1, reason: .cancelled), .resourceOffer(next)])
+        #expect(await a.wait("offered next") { if case .resource(.offered(let t)) = $0 { t.name == "next" } else { false } } != nil)
+    }
+
     @Test func dataBeforeAnAcceptIsALie() async throws {
         let dir = try Directory()
         let inbox = try Inbox(directory: dir.path + "/inbox")

@@ -11,8 +11,11 @@ import Testing
         init(_ role: Role) { table = ResourceTable(role: role) }
         var transfers: [UInt32: ResourceTable.Transfer] { table.transfers }
         func received(_ f: Frame) -> ResourceTable.Event? { table.received(f) }
+        /// An offer that goes at once (the tests that hold offers back call `table.offer`).
         func offer(name: String, size: UInt64, sha256: [UInt8], mediaType: String) -> (id: UInt32, frame: Frame) {
-            table.offer(name: name, size: size, sha256: sha256, mediaType: mediaType)
+            let (id, frame) = table.offer(name: name, size: size, sha256: sha256, mediaType: mediaType)
+            guard let frame else { fatalError("offer \(id) was held back") }
+            return (id, frame)
         }
         func accept(_ id: UInt32, from offset: UInt64) throws -> Frame { try table.accept(id, from: offset) }
         func decline(_ id: UInt32, reason: Reason) throws -> Frame { try table.decline(id, reason: reason) }
@@ -188,5 +191,81 @@ import Testing
         #expect([a, b, c] == [1, 3, 2])
         #expect(dialer.connectionEnded().map(\.offer.name) == ["a", "b"])
         #expect(dialer.transfers.isEmpty)
+    }
+
+    // MARK: At most `maxInProgress` each way
+
+    /// The receiver refuses a 17th resource in progress with `busy` and nothing changes; once
+    /// one ends, the next offer is taken.
+    @Test func aReceiverRefusesAnOfferPastItsLimitAndTakesTheNextOnceOneEnds() throws {
+        let receiver = Side(.listener)
+        let n = ResourceTable.maxInProgress
+        for i in 0..<n {
+            let id = UInt32(2 * i + 1)
+            let offer = ResourceOffer(resourceID: id, name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b")
+            guard case .offered? = receiver.received(.resourceOffer(offer)) else { Issue.record("offer \(id) not taken"); return }
+        }
+        let before = receiver.transfers
+        let past = ResourceOffer(resourceID: UInt32(2 * n + 1), name: "past", size: 1, sha256: Self.hash, mediaType: "a/b")
+        #expect(receiver.received(.resourceOffer(past)) == .refused(id: past.resourceID, reply: .resourceDecline(resourceID: past.resourceID, reason: .busy)))
+        #expect(receiver.transfers == before, "a refused offer changes nothing")
+        #expect(receiver.received(.resourceCancel(resourceID: past.resourceID, reason: .cancelled)) == .ignored(id: past.resourceID),
+                "a late frame for the refused id is ignored")
+        // One ends (declined here): room for one more.
+        _ = try receiver.decline(1, reason: .declined)
+        let next = ResourceOffer(resourceID: UInt32(2 * n + 3), name: "next", size: 1, sha256: Self.hash, mediaType: "a/b")
+        #expect(receiver.received(.resourceOffer(next)) == .offered(next))
+        #expect(receiver.transfers.count == n)
+    }
+
+    /// A sender past the limit holds its offers back, in order, and lets one go each time one
+    /// of its resources ends, however it ends; a held one cancelled goes without a word; the
+    /// receiver never refuses one.
+    @Test func aSenderHoldsOffersPastTheLimitAndReleasesThemInOrder() throws {
+        let (sender, receiver) = (Side(.dialer), Side(.listener))
+        let n = ResourceTable.maxInProgress
+        var ids: [UInt32] = []
+        for i in 0..<(n + 4) {
+            let (id, frame) = sender.table.offer(name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b")
+            ids.append(id)
+            #expect((frame == nil) == (i >= n), "offer \(i)")
+            if let frame { #expect(receiver.received(frame) == .offered(try #require(receiver.transfers[id]).offer)) }
+        }
+        #expect(sender.table.held.map(\.resourceID) == Array(ids[n...]))
+        #expect(sender.table.releaseHeld().isEmpty, "no room yet")
+        // A frame from the peer for a held id: it never heard of it.
+        if case .violation? = sender.received(.resourceAccept(resourceID: ids[n], offset: 0)) {} else { Issue.record("accept of a held offer taken") }
+        #expect(sender.table.isHeld(ids[n]))
+        // Cancelling a held one: nothing to send, the next stays held.
+        #expect(sender.cancel(ids[n + 1], reason: .cancelled) == nil)
+        #expect(!sender.table.isHeld(ids[n + 1]))
+        // Declined, delivered, cancelled by either side: each lets the next one go.
+        #expect(sender.received(try receiver.decline(ids[0], reason: .declined)) == .declined(id: ids[0], reason: .declined))
+        var released = sender.table.releaseHeld()
+        #expect(released == [.resourceOffer(ResourceOffer(resourceID: ids[n], name: "f\(n)", size: 1, sha256: Self.hash, mediaType: "a/b"))])
+        #expect(receiver.received(released[0]) != nil && receiver.transfers[ids[n]] != nil)
+        #expect(sender.received(try #require(receiver.cancel(ids[1], reason: .cancelled))) == .cancelled(id: ids[1], reason: .cancelled))
+        released = sender.table.releaseHeld()
+        #expect(released.count == 1 && released.first.map { if case .resourceOffer(let o) = $0 { o.resourceID == ids[n + 2] } else { false } } == true)
+        _ = receiver.received(released[0])
+        let cancel = try #require(sender.cancel(ids[2], reason: .cancelled))
+        _ = receiver.received(cancel)
+        released = sender.table.releaseHeld()
+        #expect(released.count == 1)
+        _ = receiver.received(released[0])
+        #expect(sender.table.held.isEmpty)
+        #expect(sender.transfers.count == n && receiver.transfers.count == n, "both count the same resources in progress")
+    }
+
+    /// The connection ends with offers held back: they are reported with the rest (to be
+    /// offered again on the next connection), and nothing is held any more.
+    @Test func heldOffersEndWithTheConnection() {
+        let sender = Side(.dialer)
+        let n = ResourceTable.maxInProgress
+        for i in 0..<(n + 2) { _ = sender.table.offer(name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b") }
+        let ended = sender.connectionEnded()
+        #expect(ended.count == n + 2 && ended.allSatisfy { $0.outgoing && $0.phase == .offered })
+        #expect(sender.table.held.isEmpty && sender.transfers.isEmpty)
+        #expect(sender.table.releaseHeld().isEmpty)
     }
 }
