@@ -158,7 +158,9 @@ struct ConnectionTransfers {
     /// Declines the peer's offer `id`.
     mutating func decline(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
         var out = Outcome()
-        guard receiving.removeValue(forKey: id) != nil, let frame = try? table.decline(id, reason: reason) else { return out }
+        // The table first: an offer it no longer takes a decline for keeps its entry here.
+        guard receiving[id] != nil, let frame = try? table.decline(id, reason: reason) else { return out }
+        receiving[id] = nil
         out.frames.append(frame)
         out.dropped.append(id)
         out.events.append(.ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: false, bytes: 0))

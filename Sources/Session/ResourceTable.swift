@@ -339,6 +339,14 @@ public struct ResourceTable: Sendable {
     /// is ours and still running the other way), else the peer made it up.
     private mutating func late(_ id: UInt32, _ frame: Frame) -> Event {
         if ended.contains(id) { return .ignored(id: id) }
+        if let i = held.firstIndex(where: { $0.resourceID == id }) {
+            // An answer to an offer not sent yet: the peer guessed its id. Like any lie about
+            // a resource, it ends that one (the caller forgets it; held, it must not go later).
+            held.remove(at: i)
+            ended.insert(id)
+            return .violation(id: id, why: "\(frame.type) for resource \(id), which was not offered yet",
+                              reply: .resourceCancel(resourceID: id, reason: .protocolError))
+        }
         if transfers[id] != nil { return violation(id, "\(frame.type) for resource \(id) from the wrong side") }
         return violation(id, "\(frame.type) for resource \(id), which was never offered", known: false)
     }

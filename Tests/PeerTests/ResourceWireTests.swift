@@ -105,6 +105,40 @@ import Testing
         #expect(await a.wait("offered next") { if case .resource(.offered(let t)) = $0 { t.name == "next" } else { false } } != nil)
     }
 
+    /// The node sends 17 files to a peer that then answers the 17th, held back and never
+    /// offered (it guessed the id): a lie, which ends that transfer on the node (reported,
+    /// answered with a CANCEL), and it is never offered later.
+    @Test func anAnswerToAnOfferNotYetSentEndsIt() async throws {
+        let dir = try Directory()
+        let (a, raw, me) = try await PeerFlowTests.rawSession("guess", inbox: try Inbox(directory: dir.path + "/inbox"))
+        defer { raw.close(); a.node.stop() }
+        let n = ResourceTable.maxInProgress
+        var sent: [ResourceTransfer] = []
+        for i in 0...n {
+            let path = try PeerResourceTests.write([UInt8(i)], in: dir, "g\(i).bin")
+            sent += try await a.node.sendResource(path: path, to: [me])
+        }
+        var offered: [UInt32] = []
+        for _ in 0..<n {
+            guard case .resourceOffer(let o)? = try await Self.frame(raw, { if case .resourceOffer = $0 { true } else { false } }) else { break }
+            offered.append(o.resourceID)
+        }
+        #expect(offered.count == n)
+        let guessed = (offered.max() ?? 0) + 2  // the node listened: even ids, in order
+        try await Self.send(raw, [.resourceAccept(resourceID: guessed, offset: 0)])
+        #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceCancel(resourceID: guessed, reason: .protocolError))
+        let ended = await a.wait("the held one ended") { if case .resource(.ended(let t, .protocolError, _, _)) = $0 { t.name == "g\(n).bin" } else { false } }
+        #expect(ended != nil)
+        // Room again: the next offer is a new file's, not the ended one's.
+        try await Self.send(raw, [.resourceDecline(resourceID: offered[0], reason: .declined)])
+        sent += try await a.node.sendResource(path: try PeerResourceTests.write([9], in: dir, "next.bin"), to: [me])
+        guard case .resourceOffer(let next)? = try await Self.frame(raw, { if case .resourceOffer = $0 { true } else { false } }) else {
+            Issue.record("no next offer")
+            return
+        }
+        #expect(next.name == "next.bin" && next.resourceID == guessed + 2)
+    }
+
     @Test func dataBeforeAnAcceptIsALie() async throws {
         let dir = try Directory()
         let inbox = try Inbox(directory: dir.path + "/inbox")

@@ -219,42 +219,52 @@ import Testing
     }
 
     /// A sender past the limit holds its offers back, in order, and lets one go each time one
-    /// of its resources ends, however it ends; a held one cancelled goes without a word; the
-    /// receiver never refuses one.
+    /// of its resources ends, however it ends; a held one cancelled goes without a word, one
+    /// the peer answers (guessing its id) ends as a lie; the receiver never refuses one.
     @Test func aSenderHoldsOffersPastTheLimitAndReleasesThemInOrder() throws {
         let (sender, receiver) = (Side(.dialer), Side(.listener))
         let n = ResourceTable.maxInProgress
         var ids: [UInt32] = []
-        for i in 0..<(n + 4) {
+        func offer(_ i: Int) -> ResourceOffer { ResourceOffer(resourceID: ids[i], name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b") }
+        /// The one offer released now: it reaches the receiver, which takes it.
+        func releasesOne(_ i: Int) {
+            let released = sender.table.releaseHeld()
+            #expect(released == [.resourceOffer(offer(i))], "offer \(i) released")
+            for f in released { #expect(receiver.received(f) == .offered(offer(i))) }
+        }
+        for i in 0..<(n + 5) {
             let (id, frame) = sender.table.offer(name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b")
             ids.append(id)
             #expect((frame == nil) == (i >= n), "offer \(i)")
-            if let frame { #expect(receiver.received(frame) == .offered(try #require(receiver.transfers[id]).offer)) }
+            if let frame { #expect(receiver.received(frame) == .offered(offer(i))) }
         }
         #expect(sender.table.held.map(\.resourceID) == Array(ids[n...]))
         #expect(sender.table.releaseHeld().isEmpty, "no room yet")
-        // A frame from the peer for a held id: it never heard of it.
-        if case .violation? = sender.received(.resourceAccept(resourceID: ids[n], offset: 0)) {} else { Issue.record("accept of a held offer taken") }
-        #expect(sender.table.isHeld(ids[n]))
-        // Cancelling a held one: nothing to send, the next stays held.
+        // A frame from the peer for a held id (it guessed it): a lie, which ends that one.
+        let lie = sender.received(.resourceAccept(resourceID: ids[n + 4], offset: 0))
+        #expect(lie == .violation(id: ids[n + 4], why: "RESOURCE_ACCEPT for resource \(ids[n + 4]), which was not offered yet",
+                                  reply: .resourceCancel(resourceID: ids[n + 4], reason: .protocolError)))
+        #expect(!sender.table.isHeld(ids[n + 4]))
+        // Cancelling a held one: nothing to send, the rest stay held in order.
+        #expect(sender.table.isHeld(ids[n + 1]))
         #expect(sender.cancel(ids[n + 1], reason: .cancelled) == nil)
-        #expect(!sender.table.isHeld(ids[n + 1]))
-        // Declined, delivered, cancelled by either side: each lets the next one go.
+        #expect(sender.table.held.map(\.resourceID) == [ids[n], ids[n + 2], ids[n + 3]])
+        // Declined, cancelled by the receiver, delivered: each lets the next one go.
         #expect(sender.received(try receiver.decline(ids[0], reason: .declined)) == .declined(id: ids[0], reason: .declined))
-        var released = sender.table.releaseHeld()
-        #expect(released == [.resourceOffer(ResourceOffer(resourceID: ids[n], name: "f\(n)", size: 1, sha256: Self.hash, mediaType: "a/b"))])
-        #expect(receiver.received(released[0]) != nil && receiver.transfers[ids[n]] != nil)
+        releasesOne(n)
         #expect(sender.received(try #require(receiver.cancel(ids[1], reason: .cancelled))) == .cancelled(id: ids[1], reason: .cancelled))
-        released = sender.table.releaseHeld()
-        #expect(released.count == 1 && released.first.map { if case .resourceOffer(let o) = $0 { o.resourceID == ids[n + 2] } else { false } } == true)
-        _ = receiver.received(released[0])
-        let cancel = try #require(sender.cancel(ids[2], reason: .cancelled))
-        _ = receiver.received(cancel)
-        released = sender.table.releaseHeld()
-        #expect(released.count == 1)
-        _ = receiver.received(released[0])
-        #expect(sender.table.held.isEmpty)
-        #expect(sender.transfers.count == n && receiver.transfers.count == n, "both count the same resources in progress")
+        releasesOne(n + 2)
+        #expect(sender.received(try receiver.accept(ids[3], from: 0)) == .accepted(id: ids[3], offset: 0))
+        #expect(sender.sending(ids[3], count: 1))
+        #expect(receiver.received(.resourceData(resourceID: ids[3], data: [7])) == .data(id: ids[3], offset: 0, bytes: [7]))
+        #expect(receiver.received(try sender.finishSending(ids[3])) == .complete(id: ids[3]))
+        #expect(sender.received(try receiver.verified(ids[3])) == .delivered(id: ids[3]))
+        releasesOne(n + 3)
+        // Cancelled by the sender: nothing left to release.
+        #expect(receiver.received(try #require(sender.cancel(ids[2], reason: .cancelled))) == .cancelled(id: ids[2], reason: .cancelled))
+        #expect(sender.table.releaseHeld().isEmpty && sender.table.held.isEmpty)
+        #expect(sender.transfers.count == n - 1 && Set(sender.transfers.keys) == Set(receiver.transfers.keys),
+                "both count the same resources in progress")
     }
 
     /// The connection ends with offers held back: they are reported with the rest (to be
