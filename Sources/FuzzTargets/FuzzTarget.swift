@@ -1,3 +1,5 @@
+import Session
+
 /// The fuzz targets: one function per decoder of outside input, each taking the raw bytes
 /// an attacker (or a broken peer, bluetoothd, avahi-daemon, an editor) could hand it.
 ///
@@ -50,6 +52,8 @@ public struct FuzzTarget: Sendable {
                    run: MachineTarget.run),
         FuzzTarget(name: "stream-table", summary: "byte streams between two tables with a lying peer's frames injected: rejected frames change no other stream, bytes arrive as written",
                    run: StreamTableTarget.run),
+        FuzzTarget(name: "resource-table", summary: "resources between two tables, frames crossing, a lying peer's frames injected: honest traffic breaks no rule and is never refused busy, rejected frames change no other resource",
+                   run: ResourceTableTarget.run),
         FuzzTarget(name: "resource-name", summary: "a resource name from a peer: the sanitised name is one safe file name in the inbox, stable when sanitised again",
                    run: SessionTargets.resourceName),
         FuzzTarget(name: "image-header", summary: "a received file's first bytes as PNG or JPEG headers: a header found is stable when more bytes follow",
@@ -69,6 +73,20 @@ public struct PropertyViolation: Error, Sendable, CustomStringConvertible {
 
     public init(_ description: String) {
         self.description = description
+    }
+}
+
+/// Throws unless `frame`, which a side built to send, encodes and decodes back to itself.
+func checkRoundTrip(_ frame: Frame) throws(PropertyViolation) {
+    let bytes: [UInt8]
+    do { bytes = try FrameEncoder.encode(frame) } catch {
+        throw PropertyViolation("a \(frame.type) frame built to send does not encode: \(error)")
+    }
+    var decoder = FrameDecoder()
+    decoder.append(bytes)
+    let back = Result { () throws(FrameError) in try decoder.nextFrame() }
+    guard case .success(let decoded?) = back, decoded == frame else {
+        throw PropertyViolation("a \(frame.type) frame built to send is read as \(back)")
     }
 }
 

@@ -14,6 +14,7 @@ public enum FuzzSeeds {
             "frames": frames(),
             "connection-machine": machine(),
             "stream-table": streamTable(),
+            "resource-table": resourceTable(),
             "discovery-record": discoveryRecords(),
             "dbus-message": dbusMessages(),
             "advertisement": advertisements(),
@@ -88,6 +89,22 @@ public enum FuzzSeeds {
         let lies: [UInt8] = [0, 1, 1, 50, 6, 1, 1, 3, 0xAA, 0xBB, 0xCC, 6, 2, 5, 0, 7, 0, 2, 4, 0, 6, 0, 1, 4, 4, 2, 0, 4, 4]
         let busy: [UInt8] = [0, 1, 0, 2, 0, 3, 4, 4, 1, 0, 1, 1, 4, 4, 5, 0, 0, 4, 4, 4]  // a third incoming stream, then another after one ends
         return [("gen-whole", whole), ("gen-two", two), ("gen-lies", lies), ("gen-busy", busy)]
+    }
+
+    /// Programs for `ResourceTableTarget` (op, arg pairs; an accept reads two more bytes, the
+    /// offset; a lie reads an id byte and its operands).
+    static func resourceTable() -> [(String, [UInt8])] {
+        // Offer 970 bytes, accept from 0, send them all (and DONE), verify: delivered.
+        let whole: [UInt8] = [0, 10, 3, 0, 4, 1, 0, 0, 6, 0, 1, 200, 3, 3, 6, 3]
+        // Accepted from 500 of 970: the rest only.
+        let resumed: [UInt8] = [0, 10, 3, 0, 4, 1, 1, 244, 6, 0, 1, 200, 3, 3, 6, 3]
+        // 18 offers: 16 go, 2 are held; the receiver declines one and the next goes.
+        let held: [UInt8] = (0..<18).flatMap { [0, UInt8($0 + 1)] } + [3, 3, 3, 3, 3, 3, 3, 3, 4, 5, 6, 0, 3, 3, 4, 5, 6, 0, 3, 0]
+        // The sender cancels while the receiver's accept is on the wire; both ignore what crossed.
+        let crossing: [UInt8] = [0, 10, 3, 0, 4, 1, 0, 0, 2, 0, 6, 0, 3, 0, 1, 3]
+        // Lies into both sides: an offer, data before an accept, a decline of an honest offer.
+        let lies: [UInt8] = [0, 10, 7, 0, 2, 7, 3, 2, 3, 1, 2, 3, 3, 0, 7, 0x82, 1, 3, 6, 0, 1, 50, 3, 3]
+        return [("gen-whole", whole), ("gen-resumed", resumed), ("gen-held", held), ("gen-crossing", crossing), ("gen-lies", lies)]
     }
 
     private static func encodedHello(role: Role) -> [UInt8] {
