@@ -164,8 +164,9 @@ enum ResourceTableTarget {
             // The named resource may end (held back or not), and an offer held back then go
             // (the first).
             let remaining = heldBefore.filter { $0.resourceID != f.streamID }
-            let released = remaining.count - table.held.count
-            try check((0...1).contains(released) && Array(remaining.dropFirst(released)) == table.held,
+            let heldNow = table.held.filter { $0.resourceID != f.streamID }
+            let released = remaining.count - heldNow.count
+            try check((0...1).contains(released) && Array(remaining.dropFirst(released)) == heldNow,
                       "\(f.type) for \(f.streamID) changed the offers held back")
             var after = table.transfers, others = before
             after[f.streamID] = nil

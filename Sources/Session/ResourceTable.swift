@@ -227,9 +227,8 @@ public struct ResourceTable: Sendable {
     /// filled): the RESOURCE_CANCEL to send, or nil when it had already ended or was held
     /// back (`isHeld`: it ends without a word, since the peer never heard of it).
     public mutating func cancel(_ id: UInt32, reason: Reason) -> Frame? {
-        if let i = held.firstIndex(where: { $0.resourceID == id }) {
-            held.remove(at: i)
-            ended.insert(id)
+        if isHeld(id) {
+            end(id)
             return nil
         }
         guard transfers[id] != nil else { return nil }
@@ -255,9 +254,12 @@ public struct ResourceTable: Sendable {
         return t
     }
 
+    /// Ends resource `id`, in progress or held back.
     private mutating func end(_ id: UInt32) {
         if let t = transfers.removeValue(forKey: id) {
             if t.outgoing { outgoingCount -= 1 } else { incomingCount -= 1 }
+        } else if let i = held.firstIndex(where: { $0.resourceID == id }) {
+            held.remove(at: i)
         }
         ended.insert(id)
     }
@@ -318,7 +320,7 @@ public struct ResourceTable: Sendable {
         let id = o.resourceID
         // An id in progress: that resource is lost as well. One that has ended (a resource's
         // or a stream's), or of this side's parity: refused.
-        if let why = peerIDProblem(id) { return violation(id, "resource \(why)", known: transfers[id] != nil) }
+        if let why = peerIDProblem(id) { return violation(id, "resource \(why)", known: transfers[id] != nil || isHeld(id)) }
         guard incomingCount < Self.maxInProgress else {
             // Remembered like any id used (a late frame for it is ignored): four bytes.
             ended.insert(id)
@@ -339,14 +341,9 @@ public struct ResourceTable: Sendable {
     /// is ours and still running the other way), else the peer made it up.
     private mutating func late(_ id: UInt32, _ frame: Frame) -> Event {
         if ended.contains(id) { return .ignored(id: id) }
-        if let i = held.firstIndex(where: { $0.resourceID == id }) {
-            // An answer to an offer not sent yet: the peer guessed its id. Like any lie about
-            // a resource, it ends that one (the caller forgets it; held, it must not go later).
-            held.remove(at: i)
-            ended.insert(id)
-            return .violation(id: id, why: "\(frame.type) for resource \(id), which was not offered yet",
-                              reply: .resourceCancel(resourceID: id, reason: .protocolError))
-        }
+        // An answer to an offer not sent yet: the peer guessed its id. Like any lie about a
+        // resource, it ends that one (the caller forgets it; held, it must not go later).
+        if isHeld(id) { return violation(id, "\(frame.type) for resource \(id), which was not offered yet") }
         if transfers[id] != nil { return violation(id, "\(frame.type) for resource \(id) from the wrong side") }
         return violation(id, "\(frame.type) for resource \(id), which was never offered", known: false)
     }

@@ -267,6 +267,25 @@ import Testing
                 "both count the same resources in progress")
     }
 
+    /// A RESOURCE_OFFER from the peer with the id of an offer held back (this side's parity:
+    /// a lie) ends that offer, as any frame naming it does, so the connection (which forgets
+    /// the resource on a violation) and the table agree (found by the resource-table fuzzer).
+    @Test func anOfferNamingAHeldOneEndsIt() {
+        let sender = Side(.dialer)
+        let n = ResourceTable.maxInProgress
+        var ids: [UInt32] = []
+        for i in 0...n { ids.append(sender.table.offer(name: "f\(i)", size: 1, sha256: Self.hash, mediaType: "a/b").id) }
+        let lie = ResourceOffer(resourceID: ids[n], name: "x", size: 1, sha256: Self.hash, mediaType: "a/b")
+        guard case .violation(let id, _, let reply)? = sender.received(.resourceOffer(lie)) else {
+            Issue.record("the lie was not refused")
+            return
+        }
+        #expect(id == ids[n] && reply == .resourceCancel(resourceID: ids[n], reason: .protocolError))
+        #expect(sender.table.held.isEmpty && sender.transfers.count == n)
+        #expect(sender.received(.resourceDecline(resourceID: ids[0], reason: .declined)) == .declined(id: ids[0], reason: .declined))
+        #expect(sender.table.releaseHeld().isEmpty, "the ended offer never goes")
+    }
+
     /// The connection ends with offers held back: they are reported with the rest (to be
     /// offered again on the next connection), and nothing is held any more.
     @Test func heldOffersEndWithTheConnection() {
