@@ -1,4 +1,7 @@
 import Session
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The fuzz targets: one function per decoder of outside input, each taking the raw bytes
 /// an attacker (or a broken peer, bluetoothd, avahi-daemon, an editor) could hand it.
@@ -76,7 +79,9 @@ public struct PropertyViolation: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// Throws unless `frame`, which a side built to send, encodes and decodes back to itself.
+/// Throws unless `frame`, which a side built to send, encodes and decodes back to itself. A
+/// data frame's payload is compared with `memcmp`: compared a byte at a time, each byte's
+/// comparison is traced by the fuzzer's instrumentation (half of `stream-table`'s time once).
 func checkRoundTrip(_ frame: Frame) throws(PropertyViolation) {
     let bytes: [UInt8]
     do { bytes = try FrameEncoder.encode(frame) } catch {
@@ -85,9 +90,20 @@ func checkRoundTrip(_ frame: Frame) throws(PropertyViolation) {
     var decoder = FrameDecoder()
     decoder.append(bytes)
     let back = Result { () throws(FrameError) in try decoder.nextFrame() }
-    guard case .success(let decoded?) = back, decoded == frame else {
-        throw PropertyViolation("a \(frame.type) frame built to send is read as \(back)")
+    let same = switch (frame, back) {
+    case (.streamData(let id, let data), .success(.streamData(let backID, let backData)?)),
+         (.resourceData(let id, let data), .success(.resourceData(let backID, let backData)?)):
+        backID == id && sameBytes(backData[...], data[...])
+    default:
+        (try? back.get()) == frame
     }
+    guard same else { throw PropertyViolation("a \(frame.type) frame built to send is read as \(back)") }
+}
+
+/// Whether two byte runs are equal, by `memcmp` (not traced byte by byte by the fuzzer).
+func sameBytes(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
+    guard a.count == b.count else { return false }
+    return a.withUnsafeBytes { x in b.withUnsafeBytes { y in x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0 } }
 }
 
 /// Throws when `condition` is false: `check(a == b, "why")` reads like the property.
