@@ -67,10 +67,13 @@ for t in $targets; do
     log=$BUILD/logs/$t.log
     mkdir -p "$corpus" "$crashes" "$BUILD/logs" "Tests/Fuzz/regressions/$t"
     echo "== $t: ${SECONDS_EACH}s (log: $log)"
+    started=$SECONDS
     PEERLINK_FUZZ_TARGET=$t "$BIN" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 \
         -rss_limit_mb=2048 -artifact_prefix="$crashes/" \
         "$corpus" "Tests/Fuzz/corpus/$t" "Tests/Fuzz/regressions/$t" >"$log" 2>&1
     rc=$?
+    # The seconds it ran (a run stopped from outside ran fewer than asked).
+    ran=$(( SECONDS - started ))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     # A crashed run prints no final stats: its last status line ("#N ...") has the count.
     [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
@@ -89,7 +92,7 @@ for t in $targets; do
         for a in $artifacts; do echo "     input: $a"; done
         [ -n "$artifacts" ] || { echo "     (no input written; see $log)"; ncrash=1; }
     fi
-    [[ ${execs:-} =~ ^[0-9]+$ ]] && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -Is)" "$t" "$SECONDS_EACH" "$execs" "$ncrash" "$commit" >>"$LEDGER"
+    [[ ${execs:-} =~ ^[0-9]+$ ]] && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -Is)" "$t" "$ran" "$execs" "$ncrash" "$commit" >>"$LEDGER"
     rows+=("$(printf '%-20s %12s %9s %7s %7s %8s %14s' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$ncrash" "$(total "$t")")")
 done
 
