@@ -70,12 +70,13 @@ enum StreamTableTarget {
                 // Byte i of the write is (i + pick) mod 256, cut from one pattern: built a byte
                 // at a time through a closure, up to 150 kB a step under the fuzzer's
                 // instrumentation, it was most of an input's time (264 executions a second).
-                // Sizes: most below one frame's payload (up to 9,143 bytes), the last 32 of
-                // the argument's values from 4,603 up to 147,296 bytes (cut into two or three
-                // frames). Every write used to be up to 150 kB, 75 kB on average, so an input of
-                // 200 steps moved megabytes through every copy and the target ran about 200
-                // inputs a second; the large sizes stay within reach, at an eighth of the values.
-                let n = arg < 224 ? Int(arg) * 41 : (Int(arg) - 223) * 4_603
+                // Sizes: most below one frame's payload (up to 9,139 bytes), the last 8 of the
+                // argument's values from 18,412 up to 147,296 bytes (the top five cut into two
+                // or three frames). Every write used to be up to 150 kB, 75 kB on average, and
+                // then the top 32 values were large: the large writes were still most of the
+                // bytes an input moved through every copy (the target ran about 500 inputs a
+                // second); they stay within reach, at a thirty-second of the values.
+                let n = arg < 248 ? Int(arg) * 37 : (Int(arg) - 247) * 18_412
                 let start = Int(pick % 256)
                 let bytes = Array(pattern[start..<(start + n)])
                 if opener.table.write(pick, bytes) { written[pick, default: Written()].append(patternAt: start, count: n) }
