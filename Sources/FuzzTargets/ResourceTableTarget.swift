@@ -106,9 +106,11 @@ enum ResourceTableTarget {
         }
     }
 
-    /// A frame from the sender: the honest receiver answers as the daemon does.
+    /// A frame from the sender: the honest receiver answers as the daemon does. Returns what
+    /// the table made of it.
+    @discardableResult
     private static func receiverGets(_ f: Frame, _ receiver: inout ResourceTable, _ toSender: inout [Frame], _ tainted: inout Set<UInt32>,
-                                     honest: Bool) throws(PropertyViolation) {
+                                     honest: Bool) throws(PropertyViolation) -> ResourceTable.Event? {
         let event = receiver.received(f)
         switch event {
         case .data(let id, let offset, let bytes)? where !tainted.contains(id):
@@ -131,12 +133,14 @@ enum ResourceTableTarget {
         default:
             break
         }
+        return event
     }
 
     /// A frame from the receiver: the honest sender answers as the daemon does, and sends an
-    /// offer it held back once one of its resources ends.
+    /// offer it held back once one of its resources ends. Returns what the table made of it.
+    @discardableResult
     private static func senderGets(_ f: Frame, _ sender: inout ResourceTable, _ toReceiver: inout [Frame], _ tainted: inout Set<UInt32>,
-                                   honest: Bool) throws(PropertyViolation) {
+                                   honest: Bool) throws(PropertyViolation) -> ResourceTable.Event? {
         let event = sender.received(f)
         switch event {
         case .declined(let id, let reason)?:
@@ -149,16 +153,15 @@ enum ResourceTableTarget {
             break
         }
         for f in sender.releaseHeld() { try send(f, on: &toReceiver) }
+        return event
     }
 
     /// A lie into `table`: whatever it makes of it, only the resource it names may change,
     /// and no held-back offer.
     private static func injected(_ f: Frame, into table: inout ResourceTable,
-                                 _ deliver: (inout ResourceTable, Frame) throws(PropertyViolation) -> Void) throws(PropertyViolation) {
+                                 _ deliver: (inout ResourceTable, Frame) throws(PropertyViolation) -> ResourceTable.Event?) throws(PropertyViolation) {
         let before = table.transfers, heldBefore = table.held
-        var probe = table
-        let event = probe.received(f)
-        try deliver(&table, f)
+        let event = try deliver(&table, f)
         switch event {
         case .violation?, .refused?, .ignored?:
             // The named resource may end (held back or not), and an offer held back then go
