@@ -41,7 +41,7 @@
     F(PEM_write_bio_PrivateKey) F(PEM_write_bio_X509) F(RAND_bytes) \
     F(SSL_CIPHER_get_name) F(SSL_CTX_check_private_key) F(SSL_CTX_ctrl) \
     F(SSL_CTX_free) F(SSL_CTX_new) F(SSL_CTX_set_cert_verify_callback) \
-    F(SSL_CTX_set_num_tickets) F(SSL_CTX_set_verify) F(SSL_CTX_use_PrivateKey) \
+    F(SSL_CTX_set_ciphersuites) F(SSL_CTX_set_num_tickets) F(SSL_CTX_set_verify) F(SSL_CTX_use_PrivateKey) \
     F(SSL_CTX_use_certificate) F(SSL_do_handshake) F(SSL_export_keying_material) \
     F(SSL_free) F(SSL_get0_peer_certificate) F(SSL_get_current_cipher) \
     F(SSL_get_error) F(SSL_get_ex_data) F(SSL_get_ex_data_X509_STORE_CTX_idx) \

@@ -52,7 +52,7 @@ public final class TLSConnection: @unchecked Sendable {
     public private(set) var peerCertificateDER: [UInt8]?
     /// The protocol version, "TLSv1.3", once the handshake is done.
     public private(set) var negotiatedVersion: String?
-    /// The cipher suite, e.g. "TLS_AES_256_GCM_SHA384", once the handshake is done.
+    /// The cipher suite, e.g. "TLS_AES_128_GCM_SHA256", once the handshake is done.
     public private(set) var cipher: String?
     /// True once the peer has sent close_notify: nothing more will be decrypted.
     public private(set) var peerClosed = false
