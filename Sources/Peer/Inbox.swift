@@ -1,4 +1,5 @@
 import Session
+import Synchronization
 import SystemKit
 import TLS
 #if canImport(Glibc)
@@ -14,6 +15,12 @@ import Glibc
 /// A part's key is the sender's peer ID, the content's SHA-256 and its size: the same file
 /// from the same peer resumes where it stopped, whatever it is called, and a changed file
 /// (another hash) starts over.
+///
+/// Free space is checked against what every transfer in progress still has to write, not
+/// against the offer alone: up to 16 resources a peer, from every peer, may be on their way at
+/// once, and each could fit alone while together they cannot. Each open part promises the
+/// bytes it still awaits (`promisedBytes`); an offer is taken only when the free space holds
+/// it, every promise and the reserve.
 public final class Inbox: @unchecked Sendable {
     /// The inbox directory.
     public let directory: String
@@ -24,6 +31,12 @@ public final class Inbox: @unchecked Sendable {
     /// This boot's id (the kernel's `random/boot_id`): a part recorded in the same boot
     /// resumes from its whole length, one from before a reboot from what was flushed.
     public let bootID: String
+
+    /// The free space of the inbox's file system (tests give a fixed figure).
+    private let freeSpace: @Sendable (String) throws -> UInt64
+    /// The bytes each open part still awaits, by part: written to as the bytes arrive, removed
+    /// when the part ends. Parts are written on their own queues, so under a lock.
+    private let promises = Mutex<[ObjectIdentifier: UInt64]>([:])
 
     /// What the inbox accepts.
     public struct Limits: Sendable, Hashable {
@@ -52,10 +65,12 @@ public final class Inbox: @unchecked Sendable {
     /// last written more than `partRetention` before `now` (`removedParts` says how many) and
     /// the temporary files of length records a killed daemon left.
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
-                now: Int64 = FileIdentity.wallClockNanoseconds()) throws(InboxError) {
+                now: Int64 = FileIdentity.wallClockNanoseconds(),
+                freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) }) throws(InboxError) {
         self.directory = directory
         self.limits = limits
         self.bootID = bootID
+        self.freeSpace = freeSpace
         partDirectory = AtomicFile.join(directory, ".part")
         do {
             try AtomicFile.makeDirectory(directory, mode: 0o700)
@@ -99,13 +114,29 @@ public final class Inbox: @unchecked Sendable {
         guard offer.sha256.count == 32 else { throw .invalid("the offer's SHA-256 is \(offer.sha256.count) bytes") }
         let part = try IncomingFile(inbox: self, offer: offer, key: Self.key(offer, peer))
         do {
-            try checkRoom(for: offer.size - part.offset)
+            try checkRoom(for: offer.size - part.offset, promising: part)
         } catch {
             // What an earlier transfer left stays for a later resume (when there is room).
             if part.offset > 0 { part.close() } else { part.discard() }
             throw error
         }
         return part
+    }
+
+    /// The bytes the open parts still await, all together.
+    public var promisedBytes: UInt64 { promises.withLock { $0.values.reduce(0, +) } }
+
+    /// `part` wrote `count` more bytes: they are on the disk now, no longer promised.
+    func arrived(_ count: Int, for part: IncomingFile) {
+        promises.withLock { p in
+            let id = ObjectIdentifier(part)
+            if let left = p[id] { p[id] = left - min(left, UInt64(count)) }
+        }
+    }
+
+    /// `part` ended (saved, suspended, discarded): it promises nothing more.
+    func ended(_ part: IncomingFile) {
+        _ = promises.withLock { $0.removeValue(forKey: ObjectIdentifier(part)) }
     }
 
     /// Whether `offer` from `peer` could be taken now (the quota, and the free space for
@@ -115,20 +146,33 @@ public final class Inbox: @unchecked Sendable {
         try checkQuota(offer)
         let part = AtomicFile.join(partDirectory, Self.key(offer, peer) + ".data")
         let have = (try? RegularFile.openForReading(part).size()) ?? 0
-        try checkRoom(for: offer.size - min(have, offer.size))
+        try checkRoom(for: offer.size - min(have, offer.size), promising: nil)
     }
 
     private func checkQuota(_ offer: ResourceOffer) throws(InboxError) {
         guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
     }
 
-    /// Whether `needed` more bytes fit the inbox's file system with the reserve kept free.
-    private func checkRoom(for needed: UInt64) throws(InboxError) {
+    /// Whether `needed` more bytes fit the inbox's file system beside what the open parts
+    /// still await, with the reserve kept free; if so, and `part` is given, it promises them
+    /// (checked and promised under one lock, so two offers at once cannot both take the
+    /// same free bytes).
+    private func checkRoom(for needed: UInt64, promising part: IncomingFile?) throws(InboxError) {
         let available: UInt64
-        do { available = try FileSystem.availableBytes(at: directory) } catch {
+        do { available = try freeSpace(directory) } catch {
             throw .io("reading the free space of \(directory)", error)
         }
-        guard available >= needed, available - needed >= limits.reserveBytes else { throw .noSpace(needed: needed, available: available) }
+        let refusal = promises.withLock { p -> InboxError? in
+            let promised = p.values.reduce(0, +)
+            let (wanted, o1) = needed.addingReportingOverflow(promised)
+            let (total, o2) = wanted.addingReportingOverflow(limits.reserveBytes)
+            guard !o1, !o2, total <= available else {
+                return .noSpace(needed: needed, available: available, promised: promised, reserve: limits.reserveBytes)
+            }
+            if let part { p[ObjectIdentifier(part)] = needed }
+            return nil
+        }
+        if let refusal { throw refusal }
     }
 
     /// The PNG or JPEG header of the file at `path` (a received file), read from its first
@@ -169,8 +213,9 @@ public final class Inbox: @unchecked Sendable {
 public enum InboxError: Error, Sendable, CustomStringConvertible {
     /// Over the quota.
     case tooLarge(size: UInt64, limit: UInt64)
-    /// Not enough free space (after the reserve).
-    case noSpace(needed: UInt64, available: UInt64)
+    /// Not enough free space: `available` on the file system, of which `promised` is awaited
+    /// by transfers in progress and `reserve` kept free.
+    case noSpace(needed: UInt64, available: UInt64, promised: UInt64, reserve: UInt64)
     /// The bytes do not have the offered hash.
     case hashMismatch(expected: [UInt8], got: [UInt8])
     /// A use that does not fit (too many bytes, finished twice).
@@ -192,7 +237,10 @@ public enum InboxError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .tooLarge(let size, let limit): "the resource is \(size) bytes; this inbox takes at most \(limit) (max_resource_bytes)"
-        case .noSpace(let needed, let available): "the resource needs \(needed) bytes; \(available) are free (with the reserve kept)"
+        case .noSpace(let needed, let available, let promised, let reserve):
+            "the resource needs \(needed) bytes; the inbox's file system has \(available) free"
+                + (promised > 0 ? ", \(promised) of them awaited by transfers in progress" : "")
+                + " and \(reserve) kept in reserve"
         case .hashMismatch(let expected, let got):
             "the received bytes have SHA-256 \(Fingerprint.short(got)), not the offered \(Fingerprint.short(expected))"
         case .invalid(let why): why

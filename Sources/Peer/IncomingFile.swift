@@ -52,6 +52,10 @@ public final class IncomingFile: @unchecked Sendable {
         }
     }
 
+    /// A part dropped without an end (its connection's state went away) promises nothing
+    /// more either.
+    deinit { inbox.ended(self) }
+
     /// What a state file records: the length flushed, and the boot it was written in (nil
     /// when there is no file or it is unreadable: start over).
     private static func record(_ path: String) -> (length: UInt64, boot: String)? {
@@ -80,6 +84,7 @@ public final class IncomingFile: @unchecked Sendable {
             throw .io("writing \(dataPath)", error)
         }
         received += UInt64(bytes.count)
+        inbox.arrived(bytes.count, for: self)
         if received - synced >= inbox.limits.syncInterval { try checkpoint() }
     }
 
@@ -122,6 +127,7 @@ public final class IncomingFile: @unchecked Sendable {
             try FileSystem.syncDirectory(inbox.directory)
             try FileSystem.remove(statePath)
             ended = true
+            inbox.ended(self)
             return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,
                                 mediaType: offer.mediaType, sha256: got)
         } catch let e as InboxError {
@@ -138,6 +144,7 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended else { return }
         try? checkpoint()
         ended = true
+        inbox.ended(self)
         file.close()
     }
 
@@ -145,6 +152,7 @@ public final class IncomingFile: @unchecked Sendable {
     /// part goes.
     public func discard() {
         ended = true
+        inbox.ended(self)
         file.close()
         _ = try? FileSystem.remove(dataPath)
         _ = try? FileSystem.remove(statePath)
@@ -153,6 +161,7 @@ public final class IncomingFile: @unchecked Sendable {
     /// Closes without recording (the part stays as it was).
     func close() {
         ended = true
+        inbox.ended(self)
         file.close()
     }
 }

@@ -201,4 +201,39 @@ import Testing
         #expect { try full.check(try Self.offer("any", Self.content(10)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
         #expect(try FileSystem.names(in: full.partDirectory).isEmpty)
     }
+    /// Transfers in progress hold the bytes they still await: an offer that fits the free
+    /// space alone but not beside them is refused up front, saying so; as bytes arrive and
+    /// parts end, the room comes back. (The free space is a fixed figure here: what the file
+    /// system reports moves with the parallel tests.)
+    @Test func offersInProgressHoldTheBytesTheyAwait() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path, limits: .init(reserveBytes: 100), freeSpace: { _ in 1_300 })
+        let a = Self.content(600, seed: 1), b = Self.content(600, seed: 2), c = Self.content(700, seed: 3)
+        let first = try inbox.receive(try Self.offer("a", a, id: 1), from: Self.peer)
+        #expect(inbox.promisedBytes == 600)
+        // 600 + 600 + the reserve of 100 fit 1,300; a third of 600 would not, nor 700 now.
+        let second = try inbox.receive(try Self.offer("b", b, id: 3), from: Self.peer)
+        #expect(inbox.promisedBytes == 1_200)
+        do {
+            _ = try inbox.receive(try Self.offer("c", c, id: 5), from: Self.peer)
+            Issue.record("an offer past what the transfers in progress leave must be refused")
+        } catch let error as InboxError {
+            #expect(error.reason == .noSpace)
+            #expect(error.description == "the resource needs 700 bytes; the inbox's file system has 1300 free, 1200 of them awaited by transfers in progress and 100 kept in reserve")
+        }
+        #expect { try inbox.check(try Self.offer("c", c, id: 5), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
+        #expect(try FileSystem.names(in: inbox.partDirectory).count == 4, "the refused offer left no part")
+        // Bytes on the disk are no longer promised (the file system's own figure shows them).
+        try first.write(Array(a[0..<500]))
+        #expect(inbox.promisedBytes == 700)
+        // A part that ends (suspended to resume later, or discarded) promises nothing.
+        second.discard()
+        #expect(inbox.promisedBytes == 100)
+        let third = try inbox.receive(try Self.offer("c", c, id: 5), from: Self.peer)
+        #expect(inbox.promisedBytes == 800)
+        try first.write(Array(a[500...]))
+        _ = try first.finish()
+        third.suspend()
+        #expect(inbox.promisedBytes == 0)
+    }
 }
