@@ -21,6 +21,12 @@ import Glibc
 /// once, and each could fit alone while together they cannot. Each open part promises the
 /// bytes it still awaits (`promisedBytes`); an offer is taken only when the free space holds
 /// it, every promise and the reserve.
+///
+/// A part is open for one transfer at a time. The same content offered again by the same peer
+/// while its part is open waits, off the connection's queue, for up to `duplicateWait`: a
+/// session that replaced a dying one resumes once the old transfer lets go of the part (it
+/// does within moments); the same file sent twice at once is refused `duplicate` then,
+/// rather than two transfers writing one file.
 public final class Inbox: @unchecked Sendable {
     /// The inbox directory.
     public let directory: String
@@ -32,11 +38,17 @@ public final class Inbox: @unchecked Sendable {
     /// resumes from its whole length, one from before a reboot from what was flushed.
     public let bootID: String
 
+    /// How long `receive` waits for another transfer to let go of the same part.
+    public let duplicateWait: Duration
     /// The free space of the inbox's file system (tests give a fixed figure).
     private let freeSpace: @Sendable (String) throws -> UInt64
-    /// The bytes each open part still awaits, by part: written to as the bytes arrive, removed
-    /// when the part ends. Parts are written on their own queues, so under a lock.
-    private let promises = Mutex<[ObjectIdentifier: UInt64]>([:])
+    /// The open parts: their keys, and the bytes each still awaits (lowered as bytes arrive).
+    /// Parts are written on their own queues, so under a lock.
+    private let open = Mutex(OpenParts())
+    private struct OpenParts {
+        var keys: Set<String> = []
+        var promised: [ObjectIdentifier: UInt64] = [:]
+    }
 
     /// What the inbox accepts.
     public struct Limits: Sendable, Hashable {
@@ -65,12 +77,13 @@ public final class Inbox: @unchecked Sendable {
     /// last written more than `partRetention` before `now` (`removedParts` says how many) and
     /// the temporary files of length records a killed daemon left.
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
-                now: Int64 = FileIdentity.wallClockNanoseconds(),
+                now: Int64 = FileIdentity.wallClockNanoseconds(), duplicateWait: Duration = .seconds(2),
                 freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) }) throws(InboxError) {
         self.directory = directory
         self.limits = limits
         self.bootID = bootID
         self.freeSpace = freeSpace
+        self.duplicateWait = duplicateWait
         partDirectory = AtomicFile.join(directory, ".part")
         do {
             try AtomicFile.makeDirectory(directory, mode: 0o700)
@@ -108,11 +121,21 @@ public final class Inbox: @unchecked Sendable {
     }
 
     /// Starts (or resumes) receiving `offer` from `peer`: checks the quota and the free
-    /// space, and opens the part, whose `offset` is where the sender should start.
+    /// space, and opens the part, whose `offset` is where the sender should start. May wait
+    /// (`duplicateWait`) for another transfer of the same content to let go of the part: call
+    /// it off any queue that must stay responsive.
     public func receive(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) -> IncomingFile {
         try checkQuota(offer)
         guard offer.sha256.count == 32 else { throw .invalid("the offer's SHA-256 is \(offer.sha256.count) bytes") }
-        let part = try IncomingFile(inbox: self, offer: offer, key: Self.key(offer, peer))
+        let key = Self.key(offer, peer)
+        try claim(key, offer.name)
+        let part: IncomingFile
+        do {
+            part = try IncomingFile(inbox: self, offer: offer, key: key)
+        } catch {
+            _ = open.withLock { $0.keys.remove(key) }
+            throw error
+        }
         do {
             try checkRoom(for: offer.size - part.offset, promising: part)
         } catch {
@@ -123,20 +146,36 @@ public final class Inbox: @unchecked Sendable {
         return part
     }
 
-    /// The bytes the open parts still await, all together.
-    public var promisedBytes: UInt64 { promises.withLock { $0.values.reduce(0, +) } }
-
-    /// `part` wrote `count` more bytes: they are on the disk now, no longer promised.
-    func arrived(_ count: Int, for part: IncomingFile) {
-        promises.withLock { p in
-            let id = ObjectIdentifier(part)
-            if let left = p[id] { p[id] = left - min(left, UInt64(count)) }
+    /// Takes the part's key, waiting up to `duplicateWait` while another transfer holds it.
+    private func claim(_ key: String, _ name: String) throws(InboxError) {
+        let deadline = ContinuousClock.now + duplicateWait
+        while !open.withLock({ $0.keys.insert(key).inserted }) {
+            // Polled: a dying session's transfer gives the key back within moments, and this
+            // runs on a thread of its own (`PeerConnection.acceptResource`).
+            guard ContinuousClock.now < deadline else { throw .alreadyReceiving(name) }
+            Duration.milliseconds(10).sleepBlocking()
         }
     }
 
-    /// `part` ended (saved, suspended, discarded): it promises nothing more.
-    func ended(_ part: IncomingFile) {
-        _ = promises.withLock { $0.removeValue(forKey: ObjectIdentifier(part)) }
+    /// The bytes the open parts still await, all together.
+    public var promisedBytes: UInt64 { open.withLock { $0.promised.values.reduce(0, +) } }
+
+    /// `part` wrote `count` more bytes: they are on the disk now, no longer promised.
+    func arrived(_ count: Int, for part: IncomingFile) {
+        open.withLock { o in
+            let id = ObjectIdentifier(part)
+            if let left = o.promised[id] { o.promised[id] = left - min(left, UInt64(count)) }
+        }
+    }
+
+    /// `part` ended (saved, suspended, discarded, closed): its key is free and it promises
+    /// nothing more. Only the part holding a key ends it (`receive` lets no other open it),
+    /// and only once (`IncomingFile.release`).
+    func ended(_ part: IncomingFile, key: String) {
+        open.withLock { o in
+            o.keys.remove(key)
+            o.promised[ObjectIdentifier(part)] = nil
+        }
     }
 
     /// Whether `offer` from `peer` could be taken now (the quota, and the free space for
@@ -144,7 +183,8 @@ public final class Inbox: @unchecked Sendable {
     /// checks again when the transfer starts.
     public func check(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) {
         try checkQuota(offer)
-        let part = AtomicFile.join(partDirectory, Self.key(offer, peer) + ".data")
+        let key = Self.key(offer, peer)
+        let part = AtomicFile.join(partDirectory, key + ".data")
         let have = (try? RegularFile.openForReading(part).size()) ?? 0
         try checkRoom(for: offer.size - min(have, offer.size), promising: nil)
     }
@@ -156,20 +196,21 @@ public final class Inbox: @unchecked Sendable {
     /// Whether `needed` more bytes fit the inbox's file system beside what the open parts
     /// still await, with the reserve kept free; if so, and `part` is given, it promises them
     /// (checked and promised under one lock, so two offers at once cannot both take the
-    /// same free bytes).
+    /// same free bytes). The free space is read under the lock too: a part writes its bytes
+    /// before it lowers its promise, so a figure read then never counts a byte twice as free.
     private func checkRoom(for needed: UInt64, promising part: IncomingFile?) throws(InboxError) {
-        let available: UInt64
-        do { available = try freeSpace(directory) } catch {
-            throw .io("reading the free space of \(directory)", error)
-        }
-        let refusal = promises.withLock { p -> InboxError? in
-            let promised = p.values.reduce(0, +)
+        let refusal = open.withLock { o -> InboxError? in
+            let available: UInt64
+            do { available = try freeSpace(directory) } catch {
+                return .io("reading the free space of \(directory)", error)
+            }
+            let promised = o.promised.values.reduce(0, +)
             let (wanted, o1) = needed.addingReportingOverflow(promised)
             let (total, o2) = wanted.addingReportingOverflow(limits.reserveBytes)
             guard !o1, !o2, total <= available else {
                 return .noSpace(needed: needed, available: available, promised: promised, reserve: limits.reserveBytes)
             }
-            if let part { p[ObjectIdentifier(part)] = needed }
+            if let part { o.promised[ObjectIdentifier(part)] = needed }
             return nil
         }
         if let refusal { throw refusal }
@@ -216,6 +257,8 @@ public enum InboxError: Error, Sendable, CustomStringConvertible {
     /// Not enough free space: `available` on the file system, of which `promised` is awaited
     /// by transfers in progress and `reserve` kept free.
     case noSpace(needed: UInt64, available: UInt64, promised: UInt64, reserve: UInt64)
+    /// The same content from the same peer is arriving already (another transfer has its part).
+    case alreadyReceiving(String)
     /// The bytes do not have the offered hash.
     case hashMismatch(expected: [UInt8], got: [UInt8])
     /// A use that does not fit (too many bytes, finished twice).
@@ -228,6 +271,7 @@ public enum InboxError: Error, Sendable, CustomStringConvertible {
         switch self {
         case .tooLarge: .tooLarge
         case .noSpace: .noSpace
+        case .alreadyReceiving: .duplicate
         case .hashMismatch: .hashMismatch
         case .invalid: .protocolError
         case .io(_, let e): (e as? SystemError)?.code == ENOSPC ? .noSpace : .ioError
@@ -241,6 +285,7 @@ public enum InboxError: Error, Sendable, CustomStringConvertible {
             "the resource needs \(needed) bytes; the inbox's file system has \(available) free"
                 + (promised > 0 ? ", \(promised) of them awaited by transfers in progress" : "")
                 + " and \(reserve) kept in reserve"
+        case .alreadyReceiving(let name): "the same content (\(name)) from this peer is being received already, by another transfer"
         case .hashMismatch(let expected, let got):
             "the received bytes have SHA-256 \(Fingerprint.short(got)), not the offered \(Fingerprint.short(expected))"
         case .invalid(let why): why

@@ -14,12 +14,16 @@ public final class IncomingFile: @unchecked Sendable {
     public private(set) var received: UInt64
 
     private let inbox: Inbox
+    /// The part's key in the inbox (who sent it, what it is).
+    private let key: String
     private let dataPath: String
     private let statePath: String
     private let file: RegularFile
     private let digest: SHA256Digest
     private var synced: UInt64
     private var ended = false
+    /// Whether the inbox has been told the part ended (`release`).
+    private var released = false
 
     /// Opens the part for `key` and resumes it. Since the same boot (the record's boot id is
     /// the system's) every byte written is in the file, even after a `kill -9`: the part
@@ -29,6 +33,7 @@ public final class IncomingFile: @unchecked Sendable {
     init(inbox: Inbox, offer: ResourceOffer, key: String) throws(InboxError) {
         self.inbox = inbox
         self.offer = offer
+        self.key = key
         dataPath = AtomicFile.join(inbox.partDirectory, key + ".data")
         statePath = AtomicFile.join(inbox.partDirectory, key + ".state")
         do {
@@ -54,7 +59,15 @@ public final class IncomingFile: @unchecked Sendable {
 
     /// A part dropped without an end (its connection's state went away) promises nothing
     /// more either.
-    deinit { inbox.ended(self) }
+    deinit { release() }
+
+    /// Gives the part's key and promise back to the inbox, once: a later call (a second
+    /// `discard`, `deinit`) must not free a key another transfer holds by then.
+    private func release() {
+        guard !released else { return }
+        released = true
+        inbox.ended(self, key: key)
+    }
 
     /// What a state file records: the length flushed, and the boot it was written in (nil
     /// when there is no file or it is unreadable: start over).
@@ -127,7 +140,7 @@ public final class IncomingFile: @unchecked Sendable {
             try FileSystem.syncDirectory(inbox.directory)
             try FileSystem.remove(statePath)
             ended = true
-            inbox.ended(self)
+            release()
             return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,
                                 mediaType: offer.mediaType, sha256: got)
         } catch let e as InboxError {
@@ -144,25 +157,29 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended else { return }
         try? checkpoint()
         ended = true
-        inbox.ended(self)
         file.close()
+        release()
     }
 
     /// The transfer is over without a file (declined, cancelled, a lie, a wrong hash): the
     /// part goes.
     public func discard() {
+        // Once suspended (or saved) the part's files are no longer this object's: a new
+        // transfer of the same content may be writing them.
+        guard !ended else { return }
         ended = true
-        inbox.ended(self)
         file.close()
         _ = try? FileSystem.remove(dataPath)
         _ = try? FileSystem.remove(statePath)
+        // Last: once the key is free another transfer may make these files again.
+        release()
     }
 
     /// Closes without recording (the part stays as it was).
     func close() {
         ended = true
-        inbox.ended(self)
         file.close()
+        release()
     }
 }
 

@@ -394,8 +394,7 @@ public final class Channel: Sendable {
             // reader thread sleeping in poll would have. A timer instead cost three thread
             // hops per burst (wakeup, timer, re-arm), and with reading left armed it spun
             // (armed again after each handler while the packets were still unread).
-            var ts = gather.timespecValue
-            _ = try? syscall("nanosleep") { nanosleep(&ts, nil) }
+            gather.sleepBlocking()
         }
         readLoop()
     }

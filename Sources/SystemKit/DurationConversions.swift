@@ -31,4 +31,11 @@ extension Duration {
         let n = clampedNanoseconds
         return timespec(tv_sec: n / 1_000_000_000, tv_nsec: n % 1_000_000_000)
     }
+
+    /// Blocks the calling thread this long: only on a thread that may block (a queue's, a
+    /// thread of its own), never a Swift task's.
+    public func sleepBlocking() {
+        var ts = timespecValue
+        _ = try? syscall("nanosleep") { nanosleep(&ts, nil) }
+    }
 }

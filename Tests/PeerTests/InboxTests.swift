@@ -236,4 +236,53 @@ import Testing
         third.suspend()
         #expect(inbox.promisedBytes == 0)
     }
+    /// The same content from the same peer, offered again while its part is open (the same
+    /// file sent twice at once) waits a moment for the part and is then refused `duplicate`:
+    /// two transfers never write one part, and a refusal never removes the part the first is
+    /// writing. Once the first lets go, the second resumes from what it wrote.
+    @Test func theSameContentTwiceAtOnceIsRefusedDuplicate() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path, duplicateWait: .milliseconds(30))
+        let bytes = Self.content(5_000)
+        var first: IncomingFile? = try inbox.receive(try Self.offer("a.bin", bytes, id: 1), from: Self.peer)
+        try first?.write(Array(bytes[0..<1_000]))
+        do {
+            _ = try inbox.receive(try Self.offer("b.bin", bytes, id: 3), from: Self.peer)
+            Issue.record("the same content from the same peer must be refused while its part is open")
+        } catch let error as InboxError {
+            #expect(error.reason == .duplicate)
+            #expect(error.description == "the same content (b.bin) from this peer is being received already, by another transfer")
+        }
+        // Another peer's copy is another part.
+        let other = PeerID(bytes: [UInt8](repeating: 0x43, count: 32))!
+        try inbox.receive(try Self.offer("c.bin", bytes, id: 1), from: other).discard()
+        // The first part is untouched by the refusal: suspended, the next resumes it.
+        first?.suspend()
+        let again = try inbox.receive(try Self.offer("a.bin", bytes, id: 5), from: Self.peer)
+        #expect(again.offset == 1_000)
+        // The first's object going away later (even discarded after its suspend) frees
+        // nothing the second holds, nor removes its files.
+        first?.discard()
+        first = nil
+        #expect(throws: InboxError.self) { _ = try inbox.receive(try Self.offer("d.bin", bytes, id: 7), from: Self.peer) }
+        try again.write(Array(bytes[1_000...]))
+        #expect(try again.finish().name == "a.bin")
+    }
+
+    /// A transfer of a dying session still holding the part when the new session's offer
+    /// comes: the new one waits for it (off the connection's queue) and resumes. The outcome
+    /// does not depend on which comes first: the wait is far longer than the release takes.
+    @Test func aNewOfferWaitsForTheOldTransferToLetGo() async throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path, duplicateWait: .seconds(60))
+        let bytes = Self.content(3_000)
+        let old = try inbox.receive(try Self.offer("a.bin", bytes, id: 1), from: Self.peer)
+        try old.write(Array(bytes[0..<1_200]))
+        let offer = try Self.offer("a.bin", bytes, id: 3)
+        let waiting = Task.detached { () -> UInt64 in
+            try inbox.receive(offer, from: Self.peer).offset
+        }
+        old.suspend()
+        #expect(try await waiting.value == 1_200)
+    }
 }

@@ -11,8 +11,9 @@
 # its inbox on a 40 MiB tmpfs): a client declines, the receiver cancels, the sender cancels,
 # an offer over the quota and one that cannot fit are refused up front, and of two that each
 # fit but not together the one accepted second is refused before any byte of it is written
-# (no-space: the first's bytes are promised), the first arrives whole, nothing partial
-# appears under a final name. Every end is reported on both sides with its reason.
+# (no-space: the first's bytes are promised), the first arrives whole; one whose disk another
+# writer fills meanwhile fails cleanly (no-space, its part removed). Nothing partial appears
+# under a final name. Every end is reported on both sides with its reason.
 # timeout: 600
 . "$LAB_DIR/lib.sh"
 . "$LAB_DIR/peer-lib.sh"
@@ -256,6 +257,31 @@ for n in 1 2; do
     fi
 done
 assert_eq "$(ls -A /run/lab/small/inbox/.part | wc -l)" 0 "no part left of the failed transfer"
+
+note "5f. another writer fills the disk while a transfer runs: it fails cleanly with no-space"
+rm -f /run/lab/small/inbox/fill-*.bin
+head -c $((20 * 1024 * 1024)) /dev/urandom >"$F/fill-3.bin"
+spawn fill-3 pl p2 --json peer send-file "$F/fill-3.bin" --to "$ID4"
+P3=$SPAWN_PID
+need_event 30 p4 peer.resource-offered '"name":"fill-3.bin"'
+expect_rc 0 pl p4 peer accept-resource "$(offered_number '"name":"fill-3.bin"')"
+# Once its first MiB is on the disk (the whole 20 takes seconds in the emulator), the rest of
+# the file system goes to a file of someone else's.
+for _ in $(seq 300); do
+    got=$(stat -c %s /run/lab/small/inbox/.part/*.data 2>/dev/null | head -n 1)
+    [ "${got:-0}" -ge 1048576 ] && break
+    sleep 0.1
+done
+[ "${got:-0}" -ge 1048576 ] || fail "fill-3.bin's part did not reach 1 MiB within 30 s"
+dd if=/dev/zero of=/run/lab/small/filler bs=64k 2>/dev/null
+note "filled at $got bytes of fill-3.bin: $(df -k /run/lab/small | tail -n 1)"
+wait "$P3"; R3=$?
+[ "$R3" = 1 ] || fail "send-file onto a disk that filled up exited $R3: $(cat "$(log_of fill-3)")"
+assert_contains "$(cat "$(log_of fill-3)")" '"reason":"no-space"' "the sender hears no-space"
+need_event 15 p4 peer.resource-ended '"name":"fill-3.bin"' '"reason":"no-space"'
+[ ! -e /run/lab/small/inbox/fill-3.bin ] || fail "fill-3.bin is in the inbox"
+assert_eq "$(ls -A /run/lab/small/inbox/.part | wc -l)" 0 "no part left of the failed transfer"
+rm -f /run/lab/small/filler
 
 event_lines p2 peer.resource-ended | tail -n 4
 stop_peerlinkd p1; stop_peerlinkd p2; stop_peerlinkd p4
