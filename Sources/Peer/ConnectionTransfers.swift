@@ -140,11 +140,12 @@ struct ConnectionTransfers {
 
     /// Accepts the peer's offer `id` into `file` (opened by the inbox, resuming a part an
     /// earlier transfer of the same content left): RESOURCE_ACCEPT from the part's length.
-    /// An offer that ended meanwhile (cancelled, the peer's lie) keeps the part as it is.
+    /// An offer that ended meanwhile (cancelled, the peer's lie) keeps the part as it is, or
+    /// removes it when it holds nothing (it was made for this transfer).
     mutating func accept(_ id: UInt32, file: IncomingFile, now: ContinuousClock.Instant) -> Outcome {
         var out = Outcome()
         guard pendingOffer(id) != nil, let frame = try? table.accept(id, from: file.offset) else {
-            file.suspend()
+            if file.offset > 0 { file.suspend() } else { file.discard() }
             return out
         }
         out.frames.append(frame)

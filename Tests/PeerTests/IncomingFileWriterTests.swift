@@ -73,6 +73,29 @@ import Testing
         let again = try Inbox(directory: dir.path + "/inbox", bootID: "another boot").receive(offer, from: InboxTests.peer)
         #expect(again.offset == 120_000, "recorded by the suspend: a new boot trusts only the record")
     }
+
+    /// An offer cancelled while its part was being opened: an empty part made for it goes,
+    /// one an earlier transfer left stays for a later resume. Either way the key is free.
+    @Test func anAcceptAfterTheOfferEndedLeavesNoEmptyPart() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox", duplicateWait: .zero)
+        let bytes = InboxTests.content(10_000)
+        for earlier in [0, 4_000] {
+            let offer = try InboxTests.offer("c.bin", bytes, id: 1)
+            if earlier > 0 {
+                let part = try inbox.receive(offer, from: InboxTests.peer)
+                try part.write(Array(bytes[0..<earlier]))
+                part.suspend()
+            }
+            var t = ConnectionTransfers(role: .listener)
+            _ = t.received(.resourceOffer(offer), from: InboxTests.peer, now: .now)
+            let file = try inbox.receive(offer, from: InboxTests.peer)
+            _ = t.received(.resourceCancel(resourceID: 1, reason: .cancelled), from: InboxTests.peer, now: .now)
+            #expect(t.accept(1, file: file, now: .now).frames.isEmpty, "no accept for an ended offer")
+            #expect(try FileSystem.names(in: inbox.partDirectory).count == (earlier > 0 ? 2 : 0))
+            #expect(try inbox.receive(offer, from: InboxTests.peer).offset == UInt64(earlier), "the key is free again")
+        }
+    }
 }
 
 /// The window of a received resource, without sockets: given back as the bytes arrive while
