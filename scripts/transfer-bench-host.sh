@@ -12,7 +12,8 @@
 #   - the round trip of a 64-byte message through the same session during another TLS
 #     transfer (peer-tool.py stream-rtt, from the first data to the transfer's end; that
 #     transfer is timed apart, since the round trips' client takes CPU the others do not
-#     have), each daemon's largest RSS (sampled every 0.2 s) and its CPU seconds per GiB.
+#     have), each daemon's largest RSS (sampled every 0.2 s), its CPU seconds and its minor
+#     page faults per GiB.
 # Ours is timed from the command to its exit, once the receiver verified the file (the
 # sender's hashing before the offer and the receiver's as the bytes arrive are in it);
 # socat's from its sender's start to its receiver's exit. The file and every copy are on
@@ -88,6 +89,8 @@ pl b peer connect 127.0.0.1:47601 >/dev/null || fail "no session b -> a"
 pl d peer connect 127.0.0.1:47611 >/dev/null || fail "no session d -> c"
 
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# Minor page faults so far (a transfer's chunks taking fresh pages from the kernel).
+faults() { awk '{ print $10 }' "/proc/$1/stat"; }
 now() { date +%s%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 per_gib() { awk -v t="$1" -v b="$BYTES" 'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }'; }
@@ -101,8 +104,9 @@ record() { RUNS[$1.$2]+="$3 "; }
 # ours NAME SENDER RECEIVER [rtt]: one send-file; with rtt, 64-byte round trips on the same
 # session from the receiver's first bytes to the transfer's end.
 ours() {
-    local name=$1 tx=$2 rx=$3 rtt=${4:-} t0 c0tx c0rx pid sampler rtt_pid=
+    local name=$1 tx=$2 rx=$3 rtt=${4:-} t0 c0tx c0rx f0tx f0rx pid sampler rtt_pid=
     c0tx=$(ticks "${PID[$tx]}"); c0rx=$(ticks "${PID[$rx]}")
+    f0tx=$(faults "${PID[$tx]}"); f0rx=$(faults "${PID[$rx]}")
     ( while :; do
         for n in "$tx" "$rx"; do awk -v n="$n" '/^VmRSS:/ { print n, $2 }' "/proc/${PID[$n]}/status"; done
         sleep 0.2
@@ -131,6 +135,8 @@ ours() {
     fi
     record "$name" cpu_s_per_gib_sender "$(per_gib $(( $(ticks "${PID[$tx]}") - c0tx )))"
     record "$name" cpu_s_per_gib_receiver "$(per_gib $(( $(ticks "${PID[$rx]}") - c0rx )))"
+    record "$name" page_faults_per_gib_sender "$(per_gib $(( ($(faults "${PID[$tx]}") - f0tx) * 100 )) | cut -d. -f1)"
+    record "$name" page_faults_per_gib_receiver "$(per_gib $(( ($(faults "${PID[$rx]}") - f0rx) * 100 )) | cut -d. -f1)"
     record "$name" rss_mb_sender "$(awk -v n="$tx" '$1 == n && $2 > m { m = $2 } END { printf "%.1f", m / 1024 }' "$work/rss")"
     record "$name" rss_mb_receiver "$(awk -v n="$rx" '$1 == n && $2 > m { m = $2 } END { printf "%.1f", m / 1024 }' "$work/rss")"
     check_sum "$work/in-$rx/$name.bin" "$name"
@@ -204,7 +210,8 @@ mkdir -p "$(dirname "$OUT")"
     echo "bench peer_transfer_host.ratio_stream_tls_vs_socat_tls=$(ratio ours_stream_tls socat_tls)"
     for k in rtt_p50_ms rtt_p99_ms rtt_count; do echo "bench peer_transfer_host.ours_tls_rtt.$k=$(m ours_tls_rtt $k)"; done
     for name in ours_tls ours_plain; do
-        for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver rss_mb_sender rss_mb_receiver; do
+        for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver page_faults_per_gib_sender page_faults_per_gib_receiver \
+            rss_mb_sender rss_mb_receiver; do
             echo "bench peer_transfer_host.$name.$k=$(m $name $k)"
         done
     done

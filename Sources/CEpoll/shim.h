@@ -43,4 +43,9 @@ static inline int64_t peerlink_file_system_type(int fd) {
     return fstatfs(fd, &info) == 0 ? (int64_t)info.f_type : -1;
 }
 
+/// glibc's `mallopt(M_TRIM_THRESHOLD, bytes)`, which Swift's Glibc module does not export
+/// (malloc.h is not in it). 1 on success.
+#include <malloc.h>
+static inline int peerlink_malloc_trim_threshold(int bytes) { return mallopt(M_TRIM_THRESHOLD, bytes); }
+
 #endif

@@ -79,6 +79,8 @@ public enum DaemonCommandLine {
         overrides.logLevel = v.string("log-level").flatMap(LogLevel.init(name:))
         overrides.bus = v.string("bus").flatMap(BusChoice.init(parsing:))
         raiseDescriptorLimit()
+        // A transfer's chunks come and go faster than the kernel should be asked for pages.
+        ProcessMemory.keepFreed(upTo: 4 << 20)
         let daemon: PeerlinkDaemon
         do {
             // libdbus-1 is loaded with dlopen (Sources/CDBus/shim.h); the configuration's D-Bus
