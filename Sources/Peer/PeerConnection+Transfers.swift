@@ -110,12 +110,20 @@ extension PeerConnection {
     }
 
     /// Hands received resource bytes to their files' writers (under the lock: in order);
-    /// each write, once done, gives its bytes back to the peer's window on the queue.
+    /// each write, once done, is counted, and gives back the peer's window held back for it
+    /// on the queue. Most writes have nothing to give back (the window went back as the bytes
+    /// arrived): those are counted under the lock on the writer's thread, without a trip to
+    /// the queue (a thread switch per 64 KiB chunk, half of a receiver's). Only if the lock is
+    /// free: its holder may be waiting for this very writer (`IncomingFileWriter.finish`
+    /// waits for the writes before it, under the lock), so the writer never waits for it.
     func startWrites(_ writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])]) {
         for (id, writer, bytes) in writes {
             let count = bytes.count
             writer.write(bytes) { [weak self] error in
-                self?.transfers { s in s.transfers.written(id, bytes: count, error: error) }
+                guard let self else { return }
+                if error == nil,
+                   state.withLockIfAvailable({ $0.closed || $0.transfers.writtenQuietly(id, bytes: count) }) == true { return }
+                transfers { s in s.transfers.written(id, bytes: count, error: error) }
             }
         }
     }

@@ -345,9 +345,11 @@ public final class PeerConnection: Sendable {
             }
             perform(s.machine.handle(.tlsEstablished(certificateID: certificateID, pairingCode: code), now: .now), &s, &events)
         }
-        let pieces = tls.readPlaintextPieces()
-        if !pieces.isEmpty {
-            for piece in pieces { s.decoder.append(piece) }
+        // Each record's piece is decoded before the next is added: a large frame's payload
+        // is then gathered in the frame's own array as its records come (one copy of each
+        // byte), instead of piling up in the decoder's buffer to be copied out again.
+        for piece in tls.readPlaintextPieces() {
+            s.decoder.append(piece)
             drainFrames(&s, &events)
         }
     }

@@ -160,4 +160,30 @@ import Testing
         #expect(out.frames.contains { if case .resourceCancel(1, .noSpace) = $0 { true } else { false } }, "\(out.frames)")
         #expect(t.written(1, bytes: 0, error: .invalid("again")).frames.isEmpty, "ended: no second cancel")
     }
+
+    /// The writes the connection counts without a trip to its queue: only while no window is
+    /// held back for the resource (or it has ended); the write that brings the writer back
+    /// within `writeAhead` while some is held goes through `written`, which gives it back.
+    @Test func writesAreCountedQuietlyOnlyWhileNothingIsHeld() throws {
+        let dir = try InboxTests.Directory()
+        let chunks = ConnectionTransfers.writeAhead / Self.chunk + 2
+        var t = try Self.accepted(chunks * Self.chunk, dir)
+        let data = Frame.resourceData(resourceID: 1, data: [UInt8](repeating: 7, count: Self.chunk))
+        // Within writeAhead: each chunk's window goes back at once and its write is quiet.
+        _ = t.received(data, from: InboxTests.peer, now: .now)
+        var quiet = t.writtenQuietly(1, bytes: Self.chunk)
+        #expect(quiet)
+        // Past writeAhead: window held, so the writes are not quiet (and not counted by the try).
+        for _ in 0..<chunks - 1 { _ = t.received(data, from: InboxTests.peer, now: .now) }
+        quiet = t.writtenQuietly(1, bytes: Self.chunk)
+        #expect(!quiet)
+        var given = 0
+        for _ in 0..<chunks - 1 { given += t.written(1, bytes: Self.chunk, error: nil).consumed.reduce(0) { $0 + $1.bytes } }
+        #expect(given == Self.chunk, "what was held went back through written")
+        quiet = t.writtenQuietly(1, bytes: 0)
+        #expect(quiet, "nothing held any more")
+        _ = t.cancel(1, reason: .cancelled, detail: "test")
+        quiet = t.writtenQuietly(1, bytes: Self.chunk)
+        #expect(quiet, "an ended resource's late write is quiet")
+    }
 }
