@@ -10,8 +10,8 @@
 # copies are gone once sent; the daemon's own key is never sent by path. Then p3 is replaced by p4 (accept_resources = ask, max_resource_bytes = 30M,
 # its inbox on a 40 MiB tmpfs): a client declines, the receiver cancels, the sender cancels,
 # an offer over the quota and one that cannot fit are refused up front, and of two that each
-# fit but not together the one accepted second is refused before any byte of it is written
-# (no-space: the first's bytes are promised), the first arrives whole; one whose disk another
+# fit but not together one is refused before any byte of it is written (no-space: the other's
+# bytes are promised), the other arrives whole; one whose disk another
 # writer fills meanwhile fails cleanly (no-space, its part removed). Nothing partial appears
 # under a final name. Every end is reported on both sides with its reason.
 # timeout: 600
@@ -228,7 +228,7 @@ need_event 15 p4 peer.resource-ended '"name":"nospace.bin"' '"reason":"no-space"
 assert_eq "$(event_count p4 peer.resource-offered '"name":"quota.bin"')$(event_count p4 peer.resource-offered '"name":"nospace.bin"')" 00 \
     "no client was asked about either"
 
-note "5e. two that each fit but not together: the second accepted is refused up front, the first arrives"
+note "5e. two that each fit but not together: one is refused up front, the other arrives"
 head -c $((22 * 1024 * 1024)) /dev/urandom >"$F/fill-1.bin"
 head -c $((22 * 1024 * 1024)) /dev/urandom >"$F/fill-2.bin"
 spawn fill-1 pl p2 --json peer send-file "$F/fill-1.bin" --to "$ID4"
@@ -251,7 +251,7 @@ for n in 1 2; do
     f=/run/lab/small/inbox/fill-$n.bin
     rc=$R1; [ "$n" = 2 ] && rc=$R2
     if [ "$rc" = 0 ]; then
-        same_hash "$F/fill-$n.bin" "$f" "fill-$n.bin, the one accepted first"
+        same_hash "$F/fill-$n.bin" "$f" "fill-$n.bin, the one taken"
     else
         [ ! -e "$f" ] || fail "fill-$n.bin was refused, yet is in the inbox"
     fi
