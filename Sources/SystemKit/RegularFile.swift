@@ -115,16 +115,19 @@ public final class RegularFile: @unchecked Sendable {
         return at
     }
 
-    /// Writes all of `bytes` at `offset`.
+    /// Writes all of `bytes` at `offset`: straight from their storage when it is contiguous
+    /// (an array or a slice of one, what every caller passes), else from a copy.
     public func write(_ bytes: some Collection<UInt8>, at offset: UInt64) throws {
-        let data = Array(bytes)
-        var done = 0
-        while done < data.count {
-            let n = try syscall("pwrite", context: path) {
-                data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(offset) + off_t(done)) }
+        func write(_ data: UnsafeRawBufferPointer) throws {
+            var done = 0
+            while done < data.count {
+                done += try syscall("pwrite", context: path) {
+                    pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
+                }
             }
-            done += n
         }
+        if let written = try bytes.withContiguousStorageIfAvailable({ try write(UnsafeRawBufferPointer($0)) }) { return written }
+        try Array(bytes).withUnsafeBytes { try write($0) }
     }
 
     /// Cuts (or extends with zeros) the file to `size` bytes.
