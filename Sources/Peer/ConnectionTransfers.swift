@@ -271,10 +271,6 @@ struct ConnectionTransfers {
         return out
     }
 
-    /// `bytes` of resource `id` were written to its file (`error`: or failed to be): the
-    /// window held back goes back once the writer is within `writeAhead` again (that of a
-    /// resource that has ended was released with its end); a failed write cancels the
-    /// resource, with the reason and the error.
     /// `written` for a write that succeeded, when it has nothing to hand on (no window held
     /// back for `id`, or `id` ended): counts it and returns true. False when `written` must
     /// run instead (it then does the counting). Most writes are this kind, and the caller
@@ -287,6 +283,10 @@ struct ConnectionTransfers {
         return true
     }
 
+    /// `bytes` of resource `id` were written to its file (`error`: or failed to be): the
+    /// window held back goes back once the writer is within `writeAhead` again (that of a
+    /// resource that has ended was released with its end); a failed write cancels the
+    /// resource, with the reason and the error.
     mutating func written(_ id: UInt32, bytes: Int, error: InboxError?) -> Outcome {
         var out = Outcome()
         if var r = receiving[id] {

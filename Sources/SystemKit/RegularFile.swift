@@ -69,22 +69,28 @@ public final class RegularFile: @unchecked Sendable {
         // more pass over every byte a transfer sends.
         var failure: Error?
         let out = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            var got = 0
             do {
-                while got < count {
-                    let n = try syscall("pread", context: path) {
-                        pread(fd, buffer.baseAddress! + got, count - got, off_t(offset) + off_t(got))
-                    }
-                    if n == 0 { break }
-                    got += n
-                }
+                initialized = try read(into: UnsafeMutableRawBufferPointer(buffer), at: offset)
             } catch {
                 failure = error
+                initialized = 0
             }
-            initialized = got
         }
         if let failure { throw failure }
         return out
+    }
+
+    /// Fills `buffer` from `offset`; fewer bytes only at the end of the file. Returns how many.
+    private func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws -> Int {
+        var got = 0
+        while got < buffer.count {
+            let n = try syscall("pread", context: path) {
+                pread(fd, buffer.baseAddress! + got, buffer.count - got, off_t(offset) + off_t(got))
+            }
+            if n == 0 { break }
+            got += n
+        }
+        return got
     }
 
     /// Reads the first `length` bytes (fewer if the file is shorter) in pieces of at most
@@ -98,15 +104,7 @@ public final class RegularFile: @unchecked Sendable {
         var at: UInt64 = 0
         while at < length {
             let want = Int(min(UInt64(buffer.count), length - at))
-            let got = try buffer.withUnsafeMutableBytes { b -> Int in
-                var got = 0
-                while got < want {
-                    let n = try syscall("pread", context: path) { pread(fd, b.baseAddress! + got, want - got, off_t(at) + off_t(got)) }
-                    if n == 0 { break }
-                    got += n
-                }
-                return got
-            }
+            let got = try buffer.withUnsafeMutableBytes { try read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: at) }
             if got == 0 { break }
             try body(buffer[0..<got])
             at += UInt64(got)

@@ -236,6 +236,7 @@ import Testing
         third.suspend()
         #expect(inbox.promisedBytes == 0)
     }
+
     /// The same content from the same peer, offered again while its part is open (the same
     /// file sent twice at once) waits a moment for the part and is then refused `duplicate`:
     /// two transfers never write one part, and a refusal never removes the part the first is
