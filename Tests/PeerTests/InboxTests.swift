@@ -171,21 +171,17 @@ import Testing
     @Test func theQuotaAndTheFreeSpaceAreCheckedBeforeAccepting() throws {
         let dir = try Directory()
         let small = try Inbox(directory: dir.path, limits: .init(maxResourceBytes: 100))
-        do {
-            _ = try small.receive(try Self.offer("big", Self.content(101)), from: Self.peer)
-            Issue.record("over the quota must be refused")
-        } catch let error as InboxError {
-            #expect(error.reason == .tooLarge && error.description.contains("at most 100"))
+        let overQuota = try #require(throws: InboxError.self) {
+            try small.receive(try Self.offer("big", Self.content(101)), from: Self.peer)
         }
+        #expect(overQuota.reason == .tooLarge && overQuota.description.contains("at most 100"))
         // A reserve no file system has: "full" whatever other tests free meanwhile (a reserve
         // of the free space read a moment before failed when a parallel test freed some).
         let full = try Inbox(directory: dir.path, limits: .init(reserveBytes: UInt64.max / 2))
-        do {
-            _ = try full.receive(try Self.offer("any", Self.content(10)), from: Self.peer)
-            Issue.record("no room must be refused")
-        } catch let error as InboxError {
-            #expect(error.reason == .noSpace)
+        let noRoom = try #require(throws: InboxError.self) {
+            try full.receive(try Self.offer("any", Self.content(10)), from: Self.peer)
         }
+        #expect(noRoom.reason == .noSpace)
         #expect(try FileSystem.names(in: full.partDirectory).isEmpty, "a refused transfer leaves no part")
     }
 
@@ -201,6 +197,7 @@ import Testing
         #expect { try full.check(try Self.offer("any", Self.content(10)), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
         #expect(try FileSystem.names(in: full.partDirectory).isEmpty)
     }
+
     /// Transfers in progress hold the bytes they still await: an offer that fits the free
     /// space alone but not beside them is refused up front, saying so; as bytes arrive and
     /// parts end, the room comes back. (The free space is a fixed figure here: what the file
@@ -214,13 +211,11 @@ import Testing
         // 600 + 600 + the reserve of 100 fit 1,300; a third of 600 would not, nor 700 now.
         let second = try inbox.receive(try Self.offer("b", b, id: 3), from: Self.peer)
         #expect(inbox.promisedBytes == 1_200)
-        do {
-            _ = try inbox.receive(try Self.offer("c", c, id: 5), from: Self.peer)
-            Issue.record("an offer past what the transfers in progress leave must be refused")
-        } catch let error as InboxError {
-            #expect(error.reason == .noSpace)
-            #expect(error.description == "the resource needs 700 bytes; the inbox's file system has 1300 free, 1200 of them awaited by transfers in progress and 100 kept in reserve")
+        let pastPromises = try #require(throws: InboxError.self) {
+            try inbox.receive(try Self.offer("c", c, id: 5), from: Self.peer)
         }
+        #expect(pastPromises.reason == .noSpace)
+        #expect(pastPromises.description == "the resource needs 700 bytes; the inbox's file system has 1300 free, 1200 of them awaited by transfers in progress and 100 kept in reserve")
         #expect { try inbox.check(try Self.offer("c", c, id: 5), from: Self.peer) } throws: { ($0 as? InboxError)?.reason == .noSpace }
         #expect(try FileSystem.names(in: inbox.partDirectory).count == 4, "the refused offer left no part")
         // Bytes on the disk are no longer promised (the file system's own figure shows them).
@@ -247,13 +242,11 @@ import Testing
         let bytes = Self.content(5_000)
         var first: IncomingFile? = try inbox.receive(try Self.offer("a.bin", bytes, id: 1), from: Self.peer)
         try first?.write(Array(bytes[0..<1_000]))
-        do {
-            _ = try inbox.receive(try Self.offer("b.bin", bytes, id: 3), from: Self.peer)
-            Issue.record("the same content from the same peer must be refused while its part is open")
-        } catch let error as InboxError {
-            #expect(error.reason == .duplicate)
-            #expect(error.description == "the same content (b.bin) from this peer is being received already, by another transfer")
+        let duplicate = try #require(throws: InboxError.self) {
+            try inbox.receive(try Self.offer("b.bin", bytes, id: 3), from: Self.peer)
         }
+        #expect(duplicate.reason == .duplicate)
+        #expect(duplicate.description == "the same content (b.bin) from this peer is being received already, by another transfer")
         // Another peer's copy is another part.
         let other = PeerID(bytes: [UInt8](repeating: 0x43, count: 32))!
         try inbox.receive(try Self.offer("c.bin", bytes, id: 1), from: other).discard()
