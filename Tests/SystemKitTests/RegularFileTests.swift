@@ -1,0 +1,84 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import SystemKit
+
+/// `RegularFile.readChunks` (hashing a file: the next piece is read while this one is
+/// handled) hands over every byte once, in order, in pieces of at most its chunk, for every
+/// length around the pieces' edges, and stops where it is asked to.
+@Suite struct RegularFileTests {
+    /// A file of `count` patterned bytes in a directory of its own; removed by `remove`.
+    static func makeFile(_ count: Int) throws -> (file: RegularFile, bytes: [UInt8], dir: String) {
+        let dir = try AtomicFileTests.makeDirectory()
+        let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
+        let file = try RegularFile.openForWriting(dir + "/data")
+        try file.write(bytes, at: 0)
+        return (file, bytes, dir)
+    }
+
+    /// Reads `upTo` bytes of a `count`-byte file in pieces of `chunk`: what came, piece sizes.
+    static func read(_ count: Int, upTo: UInt64, chunk: Int) throws -> (got: [UInt8], pieces: [Int], total: UInt64, bytes: [UInt8]) {
+        let (file, bytes, dir) = try makeFile(count)
+        defer { AtomicFileTests.removeDirectory(dir) }
+        var got: [UInt8] = [], pieces: [Int] = []
+        let total = try file.readChunks(upTo: upTo, chunk: chunk) { piece in
+            got += piece
+            pieces.append(piece.count)
+        }
+        return (got, pieces, total, bytes)
+    }
+
+    @Test(arguments: [0, 1, 99, 100, 101, 199, 200, 201, 1_000, 1_057])
+    func everyByteOnceInOrder(count: Int) throws {
+        let (got, pieces, total, bytes) = try Self.read(count, upTo: UInt64(count), chunk: 100)
+        #expect(got == bytes)
+        #expect(total == UInt64(count))
+        #expect(pieces.allSatisfy { $0 > 0 && $0 <= 100 })
+        #expect(pieces.count == (count + 99) / 100)
+    }
+
+    @Test func itStopsAtTheLengthAsked() throws {
+        let (got, pieces, total, bytes) = try Self.read(1_000, upTo: 250, chunk: 100)
+        #expect(got == Array(bytes[0..<250]) && total == 250 && pieces == [100, 100, 50])
+    }
+
+    @Test func aFileShorterThanAskedEndsAtItsEnd() throws {
+        let (got, pieces, total, bytes) = try Self.read(230, upTo: 10_000, chunk: 100)
+        #expect(got == bytes && total == 230 && pieces == [100, 100, 30])
+    }
+
+    /// A failing body stops the reading at once (its error comes out) and leaves no reader
+    /// behind: the next call on the same file reads it whole.
+    @Test func aBodysErrorStopsTheReading() throws {
+        struct Stop: Error {}
+        let (file, bytes, dir) = try Self.makeFile(1_000)
+        defer { AtomicFileTests.removeDirectory(dir) }
+        var calls = 0
+        #expect(throws: Stop.self) {
+            try file.readChunks(upTo: 1_000, chunk: 100) { _ in
+                calls += 1
+                if calls == 3 { throw Stop() }
+            }
+        }
+        #expect(calls == 3)
+        var again: [UInt8] = []
+        try file.readChunks(upTo: 1_000, chunk: 64) { again += $0 }
+        #expect(again == bytes)
+    }
+
+    /// The next piece is read into the other buffer, never into the one a body holds: a body
+    /// that takes its time still sees its own bytes at its end (were the reader writing into
+    /// its piece, the next piece's bytes would be there by then).
+    @Test func aPieceIsNotOverwrittenWhileItsBodyRuns() throws {
+        let (file, bytes, dir) = try Self.makeFile(10_000)
+        defer { AtomicFileTests.removeDirectory(dir) }
+        var at = 0, intact = 0
+        try file.readChunks(upTo: 10_000, chunk: 1_000) { piece in
+            usleep(2_000)
+            if Array(piece) == Array(bytes[at..<at + piece.count]) { intact += 1 }
+            at += piece.count
+        }
+        #expect(at == 10_000 && intact == 10)
+    }
+}
