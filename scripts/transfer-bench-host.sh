@@ -13,7 +13,10 @@
 #     transfer (peer-tool.py stream-rtt, from the first data to the transfer's end; that
 #     transfer is timed apart, since the round trips' client takes CPU the others do not
 #     have), each daemon's largest RSS (sampled every 0.2 s), its CPU seconds and its minor
-#     page faults per GiB.
+#     page faults per GiB; socat's CPU seconds per GiB on each side;
+#   - the most this host allows: each ratio's bound when ours did no more than socat's work
+#     plus the SHA-256 passes the protocol asks for (rate from `openssl speed`), spread over
+#     every core (bound_ratio_*; see the comment above `bound`).
 # Ours is timed from the command to its exit, once the receiver verified the file (the
 # sender's hashing before the offer and the receiver's as the bytes arrive are in it);
 # socat's from its sender's start to its receiver's exit. The file and every copy are on
@@ -94,6 +97,8 @@ faults() { awk '{ print $10 }' "/proc/$1/stat"; }
 now() { date +%s%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 per_gib() { awk -v t="$1" -v b="$BYTES" 'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }'; }
+# cpu_per_gib FILE: bash `time`'s "USER SYSTEM" seconds in FILE, per GiB.
+cpu_per_gib() { awk -v b="$BYTES" 'NF == 2 { t = $1 + $2 } END { printf "%.2f", t / (b / 1073741824) }' "$1"; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 check_sum() { [ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$SUM" ] || fail "$2: the copy's sha256sum differs from the file's"; rm -f "$1"; }
 
@@ -166,14 +171,20 @@ socat_run() {
         listen="TCP-LISTEN:47701,bind=127.0.0.1,reuseaddr"
         connect="TCP:127.0.0.1:47701"
     fi
-    socat -d -d -lu -u -b 65536 "$listen" OPEN:"$work/rx.bin",creat,trunc >"$work/socat.log" 2>&1 &
+    : >"$work/socat.log"  # before the receiver starts: the wait below reads it
+    # Each socat under bash's `time`, for its CPU seconds (the bound below starts from them).
+    ( TIMEFORMAT='%3U %3S'; time socat -d -d -lu -u -b 65536 "$listen" OPEN:"$work/rx.bin",creat,trunc \
+        >"$work/socat.log" 2>&1 ) 2>"$work/socat-rx.cpu" &
     rx=$!
     for i in $(seq 100); do grep -q "listening on" "$work/socat.log" && break; sleep 0.05; done
     grep -q "listening on" "$work/socat.log" || fail "$name: socat did not listen: $(cat "$work/socat.log")"
     t0=$(now)
-    socat -u -b 65536 OPEN:"$work/data.bin" "$connect" || fail "$name: the socat sender failed"
+    { TIMEFORMAT='%3U %3S'; time socat -u -b 65536 OPEN:"$work/data.bin" "$connect" 2>"$work/socat-tx.log"; } \
+        2>"$work/socat-tx.cpu" || fail "$name: the socat sender failed: $(cat "$work/socat-tx.log")"
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$work/socat.log")"
     record "$name" seconds "$(seconds_since "$t0")"
+    record "$name" cpu_s_per_gib_sender "$(cpu_per_gib "$work/socat-tx.cpu")"
+    record "$name" cpu_s_per_gib_receiver "$(cpu_per_gib "$work/socat-rx.cpu")"
     [ "$2" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$work/socat.log" || fail "$name: socat did not use TLS 1.3"
     check_sum "$work/rx.bin" "$name"
 }
@@ -193,7 +204,25 @@ for run in $(seq "$REPEAT"); do
     ours ours_tls_rtt b a rtt
 done
 
+# What this host allows at all. Ours does at least socat's work (read, encrypt, send; receive,
+# decrypt, write) plus the SHA-256 passes the protocol asks for: the receiver's as the bytes
+# arrive, and for a cold file the sender's before the offer, which runs before the first byte
+# goes. On CORES cores a transfer then takes at least (socat's CPU + the passes) / CORES, and
+# never less than socat's own time; the ratio that allows is printed beside each ratio.
+SHA_RATE=$(openssl speed -seconds 1 -bytes 65536 -evp sha256 2>/dev/null | awk '$1 == "sha256" { sub(/k$/, "", $2); print $2 * 1000 }')
+[ -n "$SHA_RATE" ] || fail "openssl speed gave no SHA-256 rate"
+CORES=$(nproc)
 m() { tr ' ' '\n' <<<"${RUNS[$1.$2]}" | grep . | median; }
+# bound LIKE BASELINE PASSES_ALONE: the best ratio against BASELINE's time for a transfer
+# doing LIKE's work (socat_tls or socat_tcp) plus one hash pass within it, after
+# PASSES_ALONE (0 or 1) before it.
+bound() {
+    awk -v s="$(m "$1" seconds)" -v tx="$(m "$1" cpu_s_per_gib_sender)" -v rx="$(m "$1" cpu_s_per_gib_receiver)" \
+        -v base="$(m "$2" seconds)" -v b="$BYTES" -v rate="$SHA_RATE" -v cores="$CORES" -v alone="$3" 'BEGIN {
+        gib = b / 1073741824; sha = b / rate
+        within = ((tx + rx) * gib + sha) / cores; if (within < s) within = s
+        printf "%.3f", base / (alone * sha + within) }'
+}
 ratio() { awk -v a="$(m "$2" seconds)" -v b="$(m "$1" seconds)" 'BEGIN { printf "%.3f", a / b }'; }
 mkdir -p "$(dirname "$OUT")"
 {
@@ -208,6 +237,15 @@ mkdir -p "$(dirname "$OUT")"
     echo "bench peer_transfer_host.ratio_tls_vs_socat_tcp=$(ratio ours_tls socat_tcp)"
     echo "bench peer_transfer_host.ratio_plain_vs_socat_tcp=$(ratio ours_plain socat_tcp)"
     echo "bench peer_transfer_host.ratio_stream_tls_vs_socat_tls=$(ratio ours_stream_tls socat_tls)"
+    echo "bench peer_transfer_host.cores=$CORES"
+    echo "bench peer_transfer_host.sha256_s_per_gib=$(awk -v r="$SHA_RATE" 'BEGIN { printf "%.3f", 1073741824 / r }')"
+    for name in socat_tls socat_tcp; do
+        for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver; do echo "bench peer_transfer_host.$name.$k=$(m $name $k)"; done
+    done
+    echo "bench peer_transfer_host.bound_ratio_tls_vs_socat_tls=$(bound socat_tls socat_tls 1)"
+    echo "bench peer_transfer_host.bound_ratio_tls_cached_vs_socat_tls=$(bound socat_tls socat_tls 0)"
+    echo "bench peer_transfer_host.bound_ratio_tls_vs_socat_tcp=$(bound socat_tls socat_tcp 1)"
+    echo "bench peer_transfer_host.bound_ratio_plain_vs_socat_tcp=$(bound socat_tcp socat_tcp 1)"
     for k in rtt_p50_ms rtt_p99_ms rtt_count; do echo "bench peer_transfer_host.ours_tls_rtt.$k=$(m ours_tls_rtt $k)"; done
     for name in ours_tls ours_plain; do
         for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver page_faults_per_gib_sender page_faults_per_gib_receiver \
