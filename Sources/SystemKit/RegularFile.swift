@@ -102,11 +102,12 @@ public final class RegularFile: @unchecked Sendable {
     /// While `body` handles a piece, the next is read on another thread: hashing a file
     /// (what this is for) is then bound by the hash alone, not by the hash and the copy out
     /// of the page cache one after the other (0.15 to 0.2 s a GiB here; more on an SD card).
-    /// Two buffers take turns, each filled again for its next piece: a fresh 1 MiB array per
-    /// piece cost the kernel 256 page faults each (glibc maps allocations that large on their
-    /// own), 262,000 for a GiB hashed. A file of one piece is read on the caller's thread.
+    /// Two buffers of half a MiB take turns (the memory one buffer of 1 MiB took before: the
+    /// daemon's peak RSS is measured), each filled again for its next piece: a fresh array per
+    /// piece cost the kernel a page fault per 4 KiB (glibc maps allocations that large on
+    /// their own), 262,000 for a GiB hashed. A file of one piece is read on the caller's thread.
     @discardableResult
-    public func readChunks(upTo length: UInt64, chunk: Int = 1 << 20, _ body: (ArraySlice<UInt8>) throws -> Void) throws -> UInt64 {
+    public func readChunks(upTo length: UInt64, chunk: Int = 1 << 19, _ body: (ArraySlice<UInt8>) throws -> Void) throws -> UInt64 {
         let size = Int(min(UInt64(max(chunk, 1)), max(length, 1)))
         var current = ReadAheadPiece(size: size), spare: ReadAheadPiece?
         var reader: DispatchQueue?
