@@ -104,8 +104,9 @@ public final class RegularFile: @unchecked Sendable {
     /// of the page cache one after the other (0.15 to 0.2 s a GiB here; more on an SD card).
     /// Two buffers of half a MiB take turns (the memory one buffer of 1 MiB took before: the
     /// daemon's peak RSS is measured), each filled again for its next piece: a fresh array per
-    /// piece cost the kernel a page fault per 4 KiB (glibc maps allocations that large on
-    /// their own), 262,000 for a GiB hashed. A file of one piece is read on the caller's thread.
+    /// piece cost the kernel a page fault per 4 KiB (measured: glibc mapped allocations that
+    /// large on their own), 262,000 for a GiB hashed. When `length` fits in one piece, it is
+    /// read on the caller's thread alone.
     @discardableResult
     public func readChunks(upTo length: UInt64, chunk: Int = 1 << 19, _ body: (ArraySlice<UInt8>) throws -> Void) throws -> UInt64 {
         let size = Int(min(UInt64(max(chunk, 1)), max(length, 1)))
@@ -127,12 +128,10 @@ public final class RegularFile: @unchecked Sendable {
                 queue.async(group: group) { [self] in next.fill(from: self, at: following, upTo: length) }
                 reading = group
             }
-            do {
-                try current.handOver(body)
-            } catch {
-                reading?.wait()  // the reader never outlives the call
-                throw error
-            }
+            // Waited for on every way out of this turn, a throwing body's too: the reader never
+            // outlives the call (waiting again after the wait below returns at once).
+            defer { reading?.wait() }
+            try current.handOver(body)
             at = following
             guard let reading, let next = spare else { break }
             reading.wait()
@@ -254,9 +253,10 @@ public enum FileSystem {
     }
 }
 
-/// One of `RegularFile.readChunks`'s two buffers. Filled on the reader's thread and handed
-/// over on the caller's, never both at once: the caller waits for the fill (the group's wait
-/// orders the two) and fills it again only after handing it over.
+/// One of `RegularFile.readChunks`'s two buffers. The first piece is filled on the caller's
+/// thread, every other on the reader's; the caller hands a piece over only after waiting for
+/// its fill (the group's wait orders the two threads), and a piece is given to the reader
+/// to fill again only after it was handed over.
 private final class ReadAheadPiece: @unchecked Sendable {
     private var buffer: [UInt8]
     /// Bytes the last fill read (0 at the end of the file, or after a failure).

@@ -67,18 +67,23 @@ import Testing
         #expect(again == bytes)
     }
 
-    /// The next piece is read into the other buffer, never into the one a body holds: a body
-    /// that takes its time still sees its own bytes at its end (were the reader writing into
-    /// its piece, the next piece's bytes would be there by then).
-    @Test func aPieceIsNotOverwrittenWhileItsBodyRuns() throws {
-        let (file, bytes, dir) = try Self.makeFile(10_000)
+    /// A file that ends on a piece's edge, read with a longer length asked: the read after
+    /// its last piece finds nothing, and no empty piece is handed over.
+    @Test func aFileEndingOnAPiecesEdgeGetsNoEmptyPiece() throws {
+        let (got, pieces, total, bytes) = try Self.read(200, upTo: 10_000, chunk: 100)
+        #expect(got == bytes && total == 200 && pieces == [100, 100])
+    }
+
+    /// A read that fails is thrown, naming the call and the path; no piece is handed over.
+    @Test func aFailedReadIsThrown() throws {
+        let dir = try AtomicFileTests.makeDirectory()
         defer { AtomicFileTests.removeDirectory(dir) }
-        var at = 0, intact = 0
-        try file.readChunks(upTo: 10_000, chunk: 1_000) { piece in
-            usleep(2_000)
-            if Array(piece) == Array(bytes[at..<at + piece.count]) { intact += 1 }
-            at += piece.count
+        let notAFile = try RegularFile.openForReading(dir)
+        var pieces = 0
+        let error = try #require(throws: SystemError.self) {
+            try notAFile.readChunks(upTo: 1_000, chunk: 100) { _ in pieces += 1 }
         }
-        #expect(at == 10_000 && intact == 10)
+        #expect(error.code == EISDIR && pieces == 0)
+        #expect(error.description.contains("pread") && error.description.contains(dir))
     }
 }
