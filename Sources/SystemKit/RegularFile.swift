@@ -110,7 +110,8 @@ public final class RegularFile: @unchecked Sendable {
     @discardableResult
     public func readChunks(upTo length: UInt64, chunk: Int = 1 << 19, _ body: (ArraySlice<UInt8>) throws -> Void) throws -> UInt64 {
         let size = Int(min(UInt64(max(chunk, 1)), max(length, 1)))
-        var current = ReadAheadPiece(size: size), spare: ReadAheadPiece?
+        var current = ReadAheadPiece(size: size)
+        var spare: ReadAheadPiece?  // the other buffer, once made: the next piece's
         var reader: DispatchQueue?
         current.fill(from: self, at: 0, upTo: length)
         try current.check()
@@ -118,26 +119,25 @@ public final class RegularFile: @unchecked Sendable {
         while current.count > 0 {
             let following = at + UInt64(current.count)
             // A full piece with more to come: the next is read meanwhile (a short one is the end).
-            var reading: DispatchGroup?
+            var reading: (next: ReadAheadPiece, done: DispatchGroup)?
             if current.count == size, following < length {
                 let next = spare ?? ReadAheadPiece(size: size)
-                spare = next
                 let queue = reader ?? DispatchQueue(label: "peerlink.read-ahead")
                 reader = queue
-                let group = DispatchGroup()
-                queue.async(group: group) { [self] in next.fill(from: self, at: following, upTo: length) }
-                reading = group
+                let done = DispatchGroup()
+                queue.async(group: done) { [self] in next.fill(from: self, at: following, upTo: length) }
+                reading = (next, done)
             }
             // Waited for on every way out of this turn, a throwing body's too: the reader never
             // outlives the call (waiting again after the wait below returns at once).
-            defer { reading?.wait() }
+            defer { reading?.done.wait() }
             try current.handOver(body)
             at = following
-            guard let reading, let next = spare else { break }
-            reading.wait()
-            try next.check()
+            guard let reading else { break }
+            reading.done.wait()
+            try reading.next.check()
             spare = current
-            current = next
+            current = reading.next
         }
         return at
     }

@@ -36,8 +36,8 @@ enum SSLSetup {
     /// speed`, 16 KiB blocks, on the development host: 1.2 to 1.45 times AES-256-GCM's rate),
     /// and bulk transfers spend a pass over every byte in it on each side; 128-bit keys are
     /// what TLS 1.3 requires every implementation to support (RFC 8446 §9.1). The others stay
-    /// for peers that prefer them
-    /// (both ends here are ours, but `openssl s_client` and other clients may ask for them).
+    /// for peers that prefer them (both ends here are ours, but `openssl s_client` and other
+    /// clients may ask for them).
     static let cipherSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
     /// A context for `role`: TLS 1.3 only, the identity's certificate and key (a server must

@@ -8,7 +8,8 @@ import Testing
 /// handled) hands over every byte once, in order, in pieces of at most its chunk, for every
 /// length around the pieces' edges, and stops where it is asked to.
 @Suite struct RegularFileTests {
-    /// A file of `count` patterned bytes in a directory of its own; removed by `remove`.
+    /// A file of `count` patterned bytes in a directory of its own (the caller removes the
+    /// directory with `AtomicFileTests.removeDirectory`).
     static func makeFile(_ count: Int) throws -> (file: RegularFile, bytes: [UInt8], dir: String) {
         let dir = try AtomicFileTests.makeDirectory()
         let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 8) }
@@ -48,8 +49,8 @@ import Testing
         #expect(got == bytes && total == 230 && pieces == [100, 100, 30])
     }
 
-    /// A failing body stops the reading at once (its error comes out) and leaves no reader
-    /// behind: the next call on the same file reads it whole.
+    /// A failing body stops the reading at once: its error comes out and no piece follows.
+    /// The same file then reads whole through another call.
     @Test func aBodysErrorStopsTheReading() throws {
         struct Stop: Error {}
         let (file, bytes, dir) = try Self.makeFile(1_000)
