@@ -70,13 +70,15 @@ demo: deps-lab build
 # The CLI figures use the package's static binary (scripts/make-deb.sh --build-only), on the
 # host (scripts/cli-bench-host.sh) and in the guest (Tests/Lab/bench/80-cli.sh); so does the
 # transfer on the host's loopback (scripts/transfer-bench-host.sh; in the guest:
-# Tests/Lab/bench/61-peer-transfer.sh).
+# Tests/Lab/bench/61-peer-transfer.sh) and the peer messages (scripts/peer-bench-host.sh; in
+# the guest: Tests/Lab/bench/60-peer-throughput.sh).
 bench: deps-lab
 	$(SWIFT) build -c release
 	@results=.build/lab/bench-$$(date +%Y%m%d-%H%M%S); \
 	static=$$(SWIFT=$(SWIFT) scripts/make-deb.sh --build-only) || exit 1; \
 	scripts/cli-bench-host.sh $$static $$results/scenarios/host-cli/output.log || exit 1; \
 	scripts/transfer-bench-host.sh $$static $$results/scenarios/host-transfer/output.log || exit 1; \
+	scripts/peer-bench-host.sh $$static $$results/scenarios/host-peer/output.log || exit 1; \
 	LAB_TIMEOUT=$${LAB_TIMEOUT:-3600} LAB_MEMORY=$${LAB_MEMORY:-4G} PEERLINK_BIN=$$($(SWIFT) build -c release --show-bin-path) \
 	  PEERLINK_STATIC_BIN=$$static LAB_RESULTS_DIR=$$results \
 	  Tests/Lab/run.sh Tests/Lab/bench/[0-9]*.sh; rc=$$?; \

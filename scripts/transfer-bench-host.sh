@@ -34,77 +34,23 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STATIC=${1:?static bin dir}; OUT=${2:?output log}
 BYTES=${BENCH_TRANSFER_BYTES:-1073741824}
 REPEAT=${BENCH_REPEAT:-3}
-for tool in socat openssl sha256sum dbus-daemon python3; do
-    command -v $tool >/dev/null || { echo "transfer-bench-host: $tool is missing: run scripts/install-deps.sh --lab (as root)" >&2; exit 1; }
-done
-shm_free=$(df --output=avail -B1 /dev/shm | tail -n 1)
-[ "$shm_free" -gt $((BYTES * 5 / 2)) ] || { echo "transfer-bench-host: /dev/shm has $shm_free bytes free, needs 2.5 x $BYTES" >&2; exit 1; }
-work=$(mktemp -d /dev/shm/peerlink-transfer-bench.XXXXXX)
-bus_pid= pids=()
-cleanup() {
-    local p
-    # Every background job too (a socat receiver left listening after a failure, a sender).
-    for p in "${pids[@]}" $(jobs -p); do kill "$p" 2>/dev/null || true; done
-    [ -z "$bus_pid" ] || kill "$bus_pid" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "transfer-bench-host: $*" >&2; exit 1; }
-note() { echo "== $*" >&2; }
-cp "$STATIC/peerlinkd" "$work/peerlinkd"
-ln -s peerlinkd "$work/peerlink"
-PL=$work/peerlink
+BENCH=transfer-bench-host
+. "$REPO/scripts/host-bench-lib.sh"
+host_bench_start $((BYTES * 5 / 2)) socat openssl sha256sum dbus-daemon python3
 
 note "$BYTES random bytes in $work"
 head -c "$BYTES" /dev/urandom >"$work/data.bin"
 SUM=$(sha256sum <"$work/data.bin" | cut -d' ' -f1)
-for who in srv cli; do
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/$who.key" -out "$work/$who.crt" \
-        -subj "/CN=$who" -days 2 >/dev/null 2>&1 || fail "openssl req failed"
-    cat "$work/$who.key" "$work/$who.crt" >"$work/$who.pem"
-done
-
-read -r address bus_pid < <(dbus-daemon --session --fork --print-address=1 --print-pid=1 | paste -s -d ' ')
-declare -A PID ID
-# daemon NAME PORT ENCRYPTION: a daemon listening on 127.0.0.1:PORT, its inbox $work/in-NAME.
-daemon() {
-    local n=$1 i
-    mkdir -p "$work/in-$n"
-    printf '%s\n' "peer.name = bench-$n" "peer.listen = loopback" "peer.port = $2" "peer.encryption = $3" \
-        "peer.accept = all" "peer.accept_resources = all" "peer.max_resource_bytes = 64G" \
-        "peer.inbox_dir = $work/in-$n" >"$work/$n.conf"
-    "$work/peerlinkd" --bus "$address" --socket "$work/$n.sock" --state-dir "$work/state-$n" --config "$work/$n.conf" \
-        </dev/null >"$work/$n.log" 2>&1 &
-    PID[$n]=$!; pids+=($!)
-    for i in $(seq 100); do
-        [ -S "$work/$n.sock" ] && break
-        kill -0 "${PID[$n]}" 2>/dev/null || fail "peerlinkd $n exited: $(tail -n 5 "$work/$n.log")"
-        sleep 0.1
-    done
-    ID[$n]=$("$PL" --socket "$work/$n.sock" --json peer identity | python3 -c 'import json, sys; print(json.load(sys.stdin)["peer"])') \
-        || fail "no identity from daemon $n"
-}
-pl() { local n=$1; shift; "$PL" --socket "$work/$n.sock" "$@"; }
-daemon a 47601 required; daemon b 47602 required
-daemon c 47611 none; daemon d 47612 none
+resources=("peer.accept_resources = all" "peer.max_resource_bytes = 64G")
+daemon a 47601 required "${resources[@]}"; daemon b 47602 required "${resources[@]}"
+daemon c 47611 none "${resources[@]}"; daemon d 47612 none "${resources[@]}"
 pl b peer connect 127.0.0.1:47601 >/dev/null || fail "no session b -> a"
 pl d peer connect 127.0.0.1:47611 >/dev/null || fail "no session d -> c"
 
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# Minor page faults so far (a transfer's chunks taking fresh pages from the kernel).
-faults() { awk '{ print $10 }' "/proc/$1/stat"; }
-now() { date +%s%N; }
-seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 per_gib() { awk -v t="$1" -v b="$BYTES" 'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }'; }
 # cpu_per_gib FILE: bash `time`'s "USER SYSTEM" seconds in FILE, per GiB.
 cpu_per_gib() { awk -v b="$BYTES" 'NF == 2 { t = $1 + $2 } END { printf "%.2f", t / (b / 1073741824) }' "$1"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 check_sum() { [ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$SUM" ] || fail "$2: the copy's sha256sum differs from the file's"; rm -f "$1"; }
-
-declare -A RUNS
-# record NAME KEY VALUE: one run's value (the medians are printed at the end).
-record() { RUNS[$1.$2]+="$3 "; }
 
 # ours NAME SENDER RECEIVER [rtt]: one send-file; with rtt, 64-byte round trips on the same
 # session from the receiver's first bytes to the transfer's end.
@@ -212,7 +158,6 @@ done
 SHA_RATE=$(openssl speed -seconds 1 -bytes 65536 -evp sha256 2>/dev/null | awk '$1 == "sha256" { sub(/k$/, "", $2); print $2 * 1000 }')
 [ -n "$SHA_RATE" ] || fail "openssl speed gave no SHA-256 rate"
 CORES=$(nproc)
-m() { tr ' ' '\n' <<<"${RUNS[$1.$2]}" | grep . | median; }
 # bound LIKE BASELINE PASSES_ALONE: the best ratio against BASELINE's time for a transfer
 # doing LIKE's work (socat_tls or socat_tcp) plus one hash pass within it, after
 # PASSES_ALONE (0 or 1) before it.
@@ -230,7 +175,7 @@ mkdir -p "$(dirname "$OUT")"
     echo "bench peer_transfer_host.repeat=$REPEAT"
     for name in ours_tls ours_tls_cached socat_tls socat_tcp ours_plain ours_stream_tls ours_tls_rtt; do
         echo "bench peer_transfer_host.$name.seconds=$(m $name seconds)"
-        echo "bench peer_transfer_host.$name.seconds_each_run=$(tr -s ' ' ',' <<<"${RUNS[$name.seconds]% }")"
+        echo "bench peer_transfer_host.$name.seconds_each_run=$(each_run $name seconds)"
     done
     echo "bench peer_transfer_host.ratio_tls_vs_socat_tls=$(ratio ours_tls socat_tls)"
     echo "bench peer_transfer_host.ratio_tls_cached_vs_socat_tls=$(ratio ours_tls_cached socat_tls)"

@@ -47,6 +47,16 @@ code, only the Python standard library and docs/peer-protocol.md.
         sends it back through b to a, until a's client has it: RTT p50_ms=... p99_ms=...
     peer-tool.py tls-echo-rtt --to H:P --cert C --key K --count N [--size 64]
         The same round trips against a TLS echo server (socat): RTT p50_ms=... p99_ms=...
+    peer-tool.py relay-rtt --a PATH --b PATH --count N [--size 64]
+        The round trips of stream-rtt between two Unix stream sockets that something else
+        relays (two socat, with TLS between them, in place of the two daemons): connects to
+        A, then to B once it exists, and times A -> B -> A: RTT p50_ms=... p99_ms=...
+    peer-tool.py unreliable-latency --send SOCK --recv SOCK --to HEX --while-pid PID [--interval-ms 2] [--size 64]
+        While process PID runs (a bulk transfer on the same session), sends an unreliable
+        message (peer.send, reliable false) through daemon SOCK to peer HEX every interval;
+        daemon RECV's client times each peer.message from its send: UNRELIABLE sent=...
+        received=... dropped=... drop_rate=... p50_ms=... p99_ms=... (a second after PID ends
+        for the last ones to land; each message carries its number, so none counts twice).
 """
 # Only light modules at the top: under the lab's emulator every import is read over 9p, and
 # the event recorder must be up quickly. The rest are imported where used.
@@ -566,7 +576,7 @@ def say_throughput(count, nbytes, t0, t_last):
 
 def say_rtt(times, extra=""):
     """A round-trip run's result line (times in ms)."""
-    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.2f} p99_ms={percentile(times, 99):.2f} "
+    say(f"RTT count={len(times)} p50_ms={percentile(times, 50):.3f} p99_ms={percentile(times, 99):.3f} "
         f"mean_ms={sum(times) / len(times):.2f}{extra}")
 
 
@@ -749,6 +759,95 @@ def cmd_rtt(a):
     say_rtt(times)
 
 
+def recv_all(s, n):
+    got = b""
+    while len(got) < n:
+        chunk = s.recv(n - len(got))
+        if not chunk:
+            die("the relay closed")
+        got += chunk
+    return got
+
+
+def cmd_relay_rtt(a):
+    ca = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ca.connect(a.a)
+    # The far relay listens on B only once the first has reached it.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            cb = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            cb.connect(a.b)
+            break
+        except OSError:
+            cb.close()
+            if time.monotonic() > deadline:
+                die(f"nothing listens on {a.b}")
+            time.sleep(0.02)
+    times = []
+    for i in range(a.count + 5):
+        payload = (b"%08d" % i) + os.urandom(a.size - 8)
+        t0 = time.monotonic()
+        ca.sendall(payload)
+        m = recv_all(cb, len(payload))
+        if m != payload:
+            die(f"b got other bytes than sent at round {i}")
+        cb.sendall(m)
+        m = recv_all(ca, len(payload))
+        if m != payload:
+            die(f"a got other bytes than sent at round {i}")
+        if i >= 5:
+            times.append((time.monotonic() - t0) * 1000)
+    say_rtt(times)
+
+
+def cmd_unreliable_latency(a):
+    import base64
+    rx = Events(a.recv)
+    tx = Control(a.send, timeout=60)
+    sent_at = {}
+    got = {}
+    done = threading.Event()
+
+    def receive():
+        while not done.is_set():
+            try:
+                d = rx.next_message()
+            except socket.timeout:
+                continue  # look at done again
+            except EOFError:
+                return
+            if d.get("reliable") is not False:
+                continue
+            m = base64.b64decode(d["data_base64"])
+            n = int.from_bytes(m[:8], "big")
+            if len(m) == a.size and n in sent_at and n not in got:
+                got[n] = (time.monotonic() - sent_at[n]) * 1000
+    rx.c.s.settimeout(1.0)
+    t = threading.Thread(target=receive, daemon=True)
+    t.start()
+    pad = os.urandom(a.size - 8)
+    n = 0
+    t_next = time.monotonic()
+    while process_running(a.while_pid):
+        sent_at[n] = time.monotonic()
+        tx.call("peer.send", {"to": [a.to], "reliable": False,
+                              "data_base64": base64.b64encode(n.to_bytes(8, "big") + pad).decode()})
+        n += 1
+        t_next += a.interval_ms / 1000
+        time.sleep(max(0.0, t_next - time.monotonic()))
+    time.sleep(1.0)
+    done.set()
+    t.join(2.0)
+    if n == 0:
+        die(f"process {a.while_pid} ended before the first message")
+    times = list(got.values())
+    if not times:
+        die(f"none of {n} unreliable messages arrived")
+    say(f"UNRELIABLE sent={n} received={len(times)} dropped={n - len(times)} drop_rate={(n - len(times)) / n:.4f} "
+        f"p50_ms={percentile(times, 50):.3f} p99_ms={percentile(times, 99):.3f} max_ms={max(times):.3f}")
+
+
 def cmd_tls_echo_rtt(a):
     import ssl
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -829,10 +928,18 @@ def main():
     p = sub.add_parser("tls-echo-rtt")
     p.add_argument("--to", required=True); p.add_argument("--cert", required=True); p.add_argument("--key", required=True)
     p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
+    p = sub.add_parser("relay-rtt")
+    p.add_argument("--a", required=True); p.add_argument("--b", required=True)
+    p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
+    p = sub.add_parser("unreliable-latency")
+    p.add_argument("--send", required=True); p.add_argument("--recv", required=True); p.add_argument("--to", required=True)
+    p.add_argument("--while-pid", type=int, required=True, help="send while this process (a bulk transfer) runs")
+    p.add_argument("--interval-ms", type=float, default=2.0); p.add_argument("--size", type=int, default=64)
     a = ap.parse_args()
     {"events": cmd_events, "hello-relay": cmd_hello_relay, "record-relay": cmd_record_relay, "probe": cmd_probe,
      "slow": cmd_slow, "flood": cmd_flood, "simultaneous": cmd_simultaneous, "stuffed": cmd_stuffed,
-     "throughput": cmd_throughput, "stream-throughput": cmd_stream_throughput, "stream-rtt": cmd_stream_rtt, "rtt": cmd_rtt, "tls-echo-rtt": cmd_tls_echo_rtt}[a.cmd](a)
+     "throughput": cmd_throughput, "stream-throughput": cmd_stream_throughput, "stream-rtt": cmd_stream_rtt, "rtt": cmd_rtt, "tls-echo-rtt": cmd_tls_echo_rtt,
+     "unreliable-latency": cmd_unreliable_latency, "relay-rtt": cmd_relay_rtt}[a.cmd](a)
 
 
 if __name__ == "__main__":

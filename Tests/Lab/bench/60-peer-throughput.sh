@@ -92,17 +92,7 @@ socat_run() {
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$log")"
     [ "$(stat -c %s "$W/rx.bin")" = "$bytes" ] || fail "$name: socat moved $(stat -c %s "$W/rx.bin") of $bytes bytes"
     [ "$kind" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$log" || fail "$name: socat did not use TLS 1.3: $(cat "$log")"
-    "$PY3" - "$log" "$bytes" "$size" >"$W/socat.out" <<'PY' || fail "$name: socat's log: $(cat "$log")"
-import datetime, sys
-log, nbytes, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def at(marker):
-    for line in open(log):
-        if marker in line:
-            return datetime.datetime.strptime(" ".join(line.split()[:2]), "%Y/%m/%d %H:%M:%S.%f").timestamp()
-    raise SystemExit(f"no '{marker}' in socat's log")
-dt = at("is at EOF") - at("starting data transfer loop")
-print(f"{nbytes / size / dt:.1f} {nbytes / dt:.0f}")
-PY
+    "$PY3" "$LAB_DIR/bench/socat_log_rate.py" "$log" "$bytes" "$size" >"$W/socat.out" || fail "$name: socat's log: $(cat "$log")"
     read -r r b <"$W/socat.out"
     note "$name: $bytes bytes in $(awk -v b="$bytes" -v r="$b" 'BEGIN { printf "%.3f", b / r }') s"
     bench_keep "${name%.*}" "$r" "$b" "$(( bytes / size ))"

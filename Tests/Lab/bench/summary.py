@@ -47,6 +47,18 @@ TARGETS = {
     "peer_transfer_host.ours_tls_rtt.rtt_p99_ms": "<= 5",
     "peer_transfer_host.ours_tls.rss_mb_sender": "< 30",
     "peer_transfer_host.ours_tls.rss_mb_receiver": "< 30",
+    "peer.ratio_tls_vs_socat_1k": ">= 0.90",
+    "peer.ratio_tls_vs_socat_64k": ">= 0.90",
+    "peer.ratio_plain_vs_socat_tcp_1k": ">= 0.90",
+    "peer.ratio_plain_vs_socat_tcp_64k": ">= 0.90",
+    "peer.hub_rss_mb_8_peers": "< 25",
+    "peer_host.ratio_tls_vs_socat_tls_1k": ">= 0.90",
+    "peer_host.ratio_tls_vs_socat_tls_64k": ">= 0.90",
+    "peer_host.ratio_plain_vs_socat_tcp_1k": ">= 0.90",
+    "peer_host.ratio_plain_vs_socat_tcp_64k": ">= 0.90",
+    "peer_host.rtt_p50_ratio_vs_echo": "<= 2 (the streams' p50 over one TLS echo's)",
+    "peer_host.unreliable_during_bulk.p99_ms": "<= 5",
+    "peer_host.hub_rss_mb_8_peers": "< 25",
 }
 
 
