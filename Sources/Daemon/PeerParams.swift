@@ -49,6 +49,12 @@ extension PeerCapability {
             guard let n = Int(t), (1...20).contains(n) else { throw bad("peer.missed_pings", "expected 1 to 20, got \"\(t)\"") }
             c.missedPings = n
         }
+        if let t = s["peer.transfer_idle_timeout"] {
+            guard let v = Double(t), (1...3600).contains(v) else {
+                throw bad("peer.transfer_idle_timeout", "expected seconds from 1 to 3600, got \"\(t)\"")
+            }
+            c.transferIdleTimeout = .milliseconds(Int64(v * 1000))
+        }
         if let t = s["peer.accept_resources"] {
             guard let a = ResourcePolicy(rawValue: t) else { throw bad("peer.accept_resources", "expected ask, trusted, all or none, got \"\(t)\"") }
             c.acceptResources = a

@@ -101,6 +101,9 @@ struct ConnectionTransfers {
         var unwritten = 0
         /// Bytes whose window is held back until the writer catches up (`writeAhead`).
         var heldCredit = 0
+        /// Since when no data came while the peer could send (`stalled`): the accept, the
+        /// last data, or the last look that found the peer without window.
+        var quietSince: ContinuousClock.Instant
     }
 
     private var table: ResourceTable
@@ -152,6 +155,7 @@ struct ConnectionTransfers {
         receiving[id]?.file = IncomingFileWriter(file)
         receiving[id]?.received = file.offset
         receiving[id]?.reported = now
+        receiving[id]?.quietSince = now
         out.events.append(.started(id: id, outgoing: false, offset: file.offset))
         return out
     }
@@ -303,6 +307,50 @@ struct ConnectionTransfers {
         return out
     }
 
+    // MARK: Stalls
+
+    /// Whether a resource of the peer's has been accepted and not finished: the connection
+    /// then looks for stalls (`stalled`) now and then.
+    var isReceiving: Bool { receiving.values.contains { $0.file != nil } }
+
+    /// Accepted resources of the peer's, with the bytes their next RESOURCE_DATA carries
+    /// (a whole chunk, or what is left; 0 when only RESOURCE_DONE is missing): what the
+    /// peer's windows must allow for it to send (`stalled`'s question).
+    var awaitedData: [(id: UInt32, bytes: Int)] {
+        receiving.keys.sorted().compactMap { id in
+            guard let r = receiving[id], r.file != nil else { return nil }
+            return (id, Int(min(UInt64(Self.chunkSize), r.offer.size - min(r.received, r.offer.size))))
+        }
+    }
+
+    /// Ends `timeout` every accepted resource of the peer's that got no data for `limit`
+    /// while the peer could send it (`blocked`: those whose data the peer's windows do not
+    /// allow now; their clock restarts, as does one whose window is held back for the
+    /// disk). The peer hears RESOURCE_CANCEL `timeout`; the received part is kept, so the
+    /// same resource offered again resumes from it. Without this a live peer that stops
+    /// sending would hold its slot, its promised space and its part until the session ends.
+    mutating func stalled(now: ContinuousClock.Instant, after limit: Duration, blocked: Set<UInt32>) -> Outcome {
+        var out = Outcome()
+        for id in receiving.keys.sorted() {
+            guard var r = receiving[id], let file = r.file else { continue }
+            if r.heldCredit > 0 || blocked.contains(id) {
+                r.quietSince = now
+                receiving[id] = r
+                continue
+            }
+            guard now - r.quietSince >= limit, let frame = table.cancel(id, reason: .timeout) else { continue }
+            receiving[id] = nil
+            out.frames.append(frame)
+            out.dropped.append(id)
+            let kept = file.suspend()
+            out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
+                                     detail: "no data for \(limit) while the peer could send; the \(kept) bytes received are kept for a resume",
+                                     byPeer: false, bytes: r.received))
+        }
+        out.frames += table.releaseHeld()
+        return out
+    }
+
     /// Reports `stream`'s end, tells its writer it will take no more, and releases what its
     /// application never took.
     private mutating func endStream(_ stream: StreamTable.Stream, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) {
@@ -422,6 +470,7 @@ struct ConnectionTransfers {
                 if r.unwritten < Self.writeAhead { out.consumed.append((id, d.count)) } else { r.heldCredit += d.count }
                 r.unwritten += d.count
                 r.received += UInt64(d.count)
+                r.quietSince = now
                 if now - r.reported >= Self.progressInterval {
                     r.reported = now
                     out.events.append(.progress(id: id, outgoing: false, bytes: r.received))
@@ -434,7 +483,7 @@ struct ConnectionTransfers {
         guard let event else { return out }
         switch event {
         case .offered(let offer):
-            receiving[offer.resourceID] = Receiving(offer: offer, reported: now)
+            receiving[offer.resourceID] = Receiving(offer: offer, reported: now, quietSince: now)
             out.events.append(.offered(offer))
         case .accepted(let id, let offset):
             out.events.append(.started(id: id, outgoing: true, offset: offset))

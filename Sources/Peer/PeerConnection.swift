@@ -36,6 +36,9 @@ public final class PeerConnection: Sendable {
     private let logger: Logger
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
     private let onTransfer: @Sendable (PeerConnection, TransferEvent) -> Void
+    /// An accepted resource of the peer's that gets no data this long while the peer could
+    /// send it is ended `timeout` (`ConnectionTransfers.stalled`).
+    let transferIdleTimeout: Duration
     let state: Mutex<State>
 
     /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
@@ -81,6 +84,9 @@ public final class PeerConnection: Sendable {
         /// write): the connection closes with `busy`.
         var controlOverflow = false
         var timerGeneration: UInt64 = 0
+        /// A look for stalled resources is due (`lookForStalls`): one at a time, while a
+        /// resource of the peer's is being received.
+        var stallCheckArmed = false
         var closed = false
         /// Resources both ways, with their files.
         var transfers: ConnectionTransfers
@@ -91,9 +97,10 @@ public final class PeerConnection: Sendable {
 
     /// Wraps a connected, non-blocking TCP socket (the connection owns it from now on).
     /// Nothing happens before `start`. `maxQueuedBytes`: the scheduler's bound on messages
-    /// waiting to be sent (tests make it small).
+    /// waiting to be sent (tests make it small). `transferIdleTimeout`: how long an accepted
+    /// resource of the peer's may get no data while the peer could send it.
     public init(id: UInt64, fd: Int32, role: Role, remote: SocketAddress, config: ConnectionConfig, identity: TLSIdentity,
-                logger: Logger, maxQueuedBytes: Int = 8 * 1_048_576,
+                logger: Logger, maxQueuedBytes: Int = 8 * 1_048_576, transferIdleTimeout: Duration = .seconds(60),
                 onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void,
                 onTransfer: @escaping @Sendable (PeerConnection, TransferEvent) -> Void = { _, _ in }) {
         self.id = id
@@ -103,6 +110,7 @@ public final class PeerConnection: Sendable {
         self.logger = logger
         self.onEvent = onEvent
         self.onTransfer = onTransfer
+        self.transferIdleTimeout = transferIdleTimeout
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
         channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1)
         state = Mutex(State(machine: ConnectionMachine(config: config, role: role),
@@ -265,7 +273,32 @@ public final class PeerConnection: Sendable {
         }
         pump(&s)
         events += takeLater(&s)
+        armStallCheck(&s)
         return roomForWaiters(&s)
+    }
+
+    /// While a resource of the peer's is being received, a look for stalls every quarter of
+    /// `transferIdleTimeout` (so one is found between one and one and a quarter of it).
+    private func armStallCheck(_ s: inout State) {
+        guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving else { return }
+        s.stallCheckArmed = true
+        queue.asyncAfter(deadline: .now() + (transferIdleTimeout / 4).dispatchInterval) { [weak self] in
+            self?.lookForStalls()
+        }
+    }
+
+    /// Ends the peer's resources that got no data for `transferIdleTimeout` while its
+    /// windows let it send (`ConnectionTransfers.stalled`).
+    private func lookForStalls() {
+        var events: [Delivered] = []
+        let waiters = state.withLock { s -> [RoomWaiter] in
+            s.stallCheckArmed = false
+            guard !s.closed else { return [] }
+            let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
+            apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked), &s, &events)
+            return endOfTurn(&s, &events)
+        }
+        deliver(events, waiters)
     }
 
     /// Decodes and hands on every whole frame; stops at a `startTLS` (what follows is TLS).

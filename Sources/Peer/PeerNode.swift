@@ -216,7 +216,7 @@ public final class PeerNode: Sendable {
             return s.nextID
         }
         let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
-                               logger: logger, maxQueuedBytes: config.maxQueuedBytes,
+                               logger: logger, maxQueuedBytes: config.maxQueuedBytes, transferIdleTimeout: config.transferIdleTimeout,
                                onEvent: { [weak self] c, e in self?.handle(c, e) },
                                onTransfer: { [weak self] c, e in self?.transferEvent(c, e) })
         return c

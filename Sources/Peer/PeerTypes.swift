@@ -42,6 +42,9 @@ public struct PeerNodeConfig: Sendable {
     /// Whether a client may offer the file at this resolved path (the daemon keeps its own
     /// key and state from being sent; the default allows every path).
     public var mayOffer: @Sendable (String) -> Bool = { _ in true }
+    /// An accepted resource of a peer's that gets no data this long while the peer could
+    /// send it is ended `timeout`, its part kept for a resume (`transfer_idle_timeout`).
+    public var transferIdleTimeout: Duration = .seconds(60)
     /// Files changed less than this long (nanoseconds) before they are offered do not have
     /// their hashes remembered (`FileHashes.racyMargin`; tests set 0).
     public var hashRacyMargin: Int64 = FileHashes.defaultRacyMargin

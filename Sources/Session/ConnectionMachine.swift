@@ -325,6 +325,13 @@ public struct ConnectionMachine: Sendable {
         out.append(.send(credit))
     }
 
+    /// Whether the peer's windows let it send `bytes` on stream `id` now (both the stream's
+    /// and the connection's): a receiver waiting for data it has not let the peer send has
+    /// no cause to give up on it.
+    public func peerMaySend(_ bytes: Int, on id: UInt32) -> Bool {
+        receiveCredit.remaining(on: id) >= bytes && receiveCredit.connection >= bytes
+    }
+
     // MARK: sending
 
     /// The next frame to write from `scheduler`, within the credit the peer has granted.

@@ -144,6 +144,11 @@ import Testing
         #expect(try PeerCapability.settings([:]).config.acceptResources == .ask)
         #expect(try PeerCapability.settings(["peer.accept_resources": "trusted"]).config.acceptResources == .trusted)
         #expect(throws: ConfigError.self) { try PeerCapability.settings(["peer.accept_resources": "maybe"]) }
+        #expect(try PeerCapability.settings([:]).config.transferIdleTimeout == .seconds(60))
+        #expect(try PeerCapability.settings(["peer.transfer_idle_timeout": "2.5"]).config.transferIdleTimeout == .milliseconds(2500))
+        for bad in ["0", "0.5", "3601", "soon", ""] {
+            #expect(throws: ConfigError.self, "\(bad)") { try PeerCapability.settings(["peer.transfer_idle_timeout": bad]) }
+        }
         let defaults = try PeerCapability.inboxSettings([:], stateDirectory: "/var/lib/peerlink")
         #expect(defaults.directory == "/var/lib/peerlink/peer/inbox" && defaults.limits.maxResourceBytes == 4 << 30)
         #expect(try PeerCapability.inboxSettings(["peer.max_resource_bytes": "64K", "peer.inbox_dir": "/srv/in"], stateDirectory: "/x")

@@ -47,6 +47,13 @@ code, only the Python standard library and docs/peer-protocol.md.
         sends it back through b to a, until a's client has it: RTT p50_ms=... p99_ms=...
     peer-tool.py tls-echo-rtt --to H:P --cert C --key K --count N [--size 64]
         The same round trips against a TLS echo server (socat): RTT p50_ms=... p99_ms=...
+    peer-tool.py stall --to H:P --size N --send M --name NAME --content-out FILE [--timeout S]
+        A peer in plain text (HELLO with encryption none, INVITE, PINGs answered) that offers
+        NAME (N random bytes, also written to FILE), sends the first M once accepted, then
+        nothing: prints CANCEL reason=... after_s=... when the daemon gives up on it. Then it
+        offers the same content again (RESUMED offset=...), sends the rest and RESOURCE_DONE,
+        and prints DONE once the daemon verified it. Exit 1 when a step does not come within
+        --timeout seconds (default 30).
     peer-tool.py relay-rtt --a PATH --b PATH --count N [--size 64]
         The round trips of stream-rtt between two Unix stream sockets that something else
         relays (two socat, with TLS between them, in place of the two daemons): connects to
@@ -759,6 +766,88 @@ def cmd_rtt(a):
     say_rtt(times)
 
 
+class PlainSession:
+    """A session from this side as dialer, in plain text: HELLO (encryption none), the
+    daemon's HELLO, INVITE 1 and its accepted INVITE_REPLY; then frames both ways, with every
+    PING answered (so the daemon never finds this peer lost)."""
+    def __init__(self, to, name, timeout):
+        self.s = socket.create_connection(hostport(to), timeout=10)
+        self.buf = b""
+        self.timeout = timeout
+        self.s.sendall(hello(os.urandom(32), name=name, encryption=ENCRYPTION["none"], role=0))
+        self.next(lambda t, sid, p: t == 1, "the daemon's HELLO")
+        self.send(2, struct.pack(">II", 1, 0) + struct.pack(">I", 30000))
+        _, _, p = self.next(lambda t, sid, p: t == 3, "INVITE_REPLY")
+        if struct.unpack(">IH", p[:6])[1] != 0:
+            die(f"the invitation was declined: {REASONS[struct.unpack('>IH', p[:6])[1]]}")
+
+    def send(self, ftype, payload, stream=0):
+        self.s.sendall(frame(ftype, payload, stream))
+
+    def next(self, want, what):
+        """The next frame (type, stream, payload) that `want` takes; others are skipped."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            while len(self.buf) >= 12:
+                _, ftype, _, sid, length = struct.unpack(">BBHII", self.buf[:12])
+                if len(self.buf) < 12 + length:
+                    break
+                payload, self.buf = self.buf[12:12 + length], self.buf[12 + length:]
+                if ftype == 4:
+                    self.send(5, payload)
+                elif ftype == 6:
+                    die(f"the daemon closed the session waiting for {what}: {describe(ftype, payload)}")
+                elif want(ftype, sid, payload):
+                    return ftype, sid, payload
+            left = deadline - time.monotonic()
+            if left <= 0:
+                die(f"no {what} within {self.timeout} s")
+            self.s.settimeout(left)
+            try:
+                chunk = self.s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not chunk:
+                die(f"the daemon closed the connection waiting for {what}")
+            self.buf += chunk
+
+
+def cmd_stall(a):
+    import hashlib
+    content = os.urandom(a.size)
+    with open(a.content_out, "wb") as f:
+        f.write(content)
+    r = PlainSession(a.to, "lab-stall", a.timeout)
+    say("CONNECTED")
+
+    def offer(rid):
+        name, media = a.name.encode(), b"application/octet-stream"
+        r.send(0x20, struct.pack(">H", len(name)) + name + struct.pack(">Q", a.size) + hashlib.sha256(content).digest()
+               + struct.pack(">H", len(media)) + media, stream=rid)
+        t, _, p = r.next(lambda t, sid, p: sid == rid and t in (0x21, 0x22, 0x25), f"an answer to offer {rid}")
+        if t != 0x21:
+            die(f"offer {rid} was not accepted: {describe(t, p)} reason={REASONS[struct.unpack('>H', p[:2])[0]]}")
+        return struct.unpack(">Q", p)[0]
+
+    def data(rid, start, end):
+        for o in range(start, end, 50000):
+            r.send(0x23, content[o:min(o + 50000, end)], stream=rid)
+
+    data(1, offer(1), a.send)
+    t0 = time.monotonic()
+    say(f"SENT {a.send} of {a.size}, then nothing")
+    _, _, p = r.next(lambda t, sid, p: sid == 1 and t == 0x25, "RESOURCE_CANCEL")
+    say(f"CANCEL reason={REASONS[struct.unpack('>H', p[:2])[0]]} after_s={time.monotonic() - t0:.2f}")
+    offset = offer(3)
+    say(f"RESUMED offset={offset}")
+    data(3, offset, a.size)
+    r.send(0x24, b"", stream=3)
+    t, _, p = r.next(lambda t, sid, p: sid == 3 and t in (0x24, 0x25), "the daemon's RESOURCE_DONE")
+    if t != 0x24:
+        die(f"the resumed resource was cancelled: reason={REASONS[struct.unpack('>H', p[:2])[0]]}")
+    say("DONE")
+
+
 def recv_all(s, n):
     got = b""
     while len(got) < n:
@@ -928,6 +1017,10 @@ def main():
     p = sub.add_parser("tls-echo-rtt")
     p.add_argument("--to", required=True); p.add_argument("--cert", required=True); p.add_argument("--key", required=True)
     p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
+    p = sub.add_parser("stall")
+    p.add_argument("--to", required=True); p.add_argument("--size", type=int, required=True)
+    p.add_argument("--send", type=int, required=True); p.add_argument("--name", required=True)
+    p.add_argument("--content-out", required=True); p.add_argument("--timeout", type=float, default=30)
     p = sub.add_parser("relay-rtt")
     p.add_argument("--a", required=True); p.add_argument("--b", required=True)
     p.add_argument("--count", type=int, default=100); p.add_argument("--size", type=int, default=64)
@@ -939,7 +1032,8 @@ def main():
     {"events": cmd_events, "hello-relay": cmd_hello_relay, "record-relay": cmd_record_relay, "probe": cmd_probe,
      "slow": cmd_slow, "flood": cmd_flood, "simultaneous": cmd_simultaneous, "stuffed": cmd_stuffed,
      "throughput": cmd_throughput, "stream-throughput": cmd_stream_throughput, "stream-rtt": cmd_stream_rtt, "rtt": cmd_rtt, "tls-echo-rtt": cmd_tls_echo_rtt,
-     "unreliable-latency": cmd_unreliable_latency, "relay-rtt": cmd_relay_rtt}[a.cmd](a)
+     "unreliable-latency": cmd_unreliable_latency, "relay-rtt": cmd_relay_rtt,
+     "stall": cmd_stall}[a.cmd](a)
 
 
 if __name__ == "__main__":

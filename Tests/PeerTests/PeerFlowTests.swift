@@ -27,11 +27,12 @@ import Glibc
     /// A node (`name`, encryption optional) in session with a hand-made peer that dialled it
     /// in plain text; the caller closes the peer and stops the node.
     static func rawSession(_ name: String, inbox: Inbox? = nil, policy: ResourcePolicy = .all,
-                           consumeStreams: Bool = true) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
+                           consumeStreams: Bool = true, transferIdleTimeout: Duration? = nil) async throws -> (a: Node, raw: RawPeer, me: PeerID) {
         // The raw peer answers no PING: with the default (2 s, a peer silent 8 s is lost) the
         // node rightly dropped it mid-test on a loaded machine ("send: Broken pipe"). These
         // tests are about frames, not liveness (PeerNodeTests has those).
-        let a = try Node(name, encryption: .optional, ping: .seconds(60), inbox: inbox, acceptResources: policy, consumeStreams: consumeStreams)
+        let a = try Node(name, encryption: .optional, ping: .seconds(60), inbox: inbox, acceptResources: policy, consumeStreams: consumeStreams,
+                         transferIdleTimeout: transferIdleTimeout)
         do {
             let raw = try await RawPeer.connect(port: a.node.port)
             do {

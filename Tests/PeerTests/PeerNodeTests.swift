@@ -23,7 +23,7 @@ import Testing
              ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
              acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
              outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true,
-             hashRacyMargin: Int64? = nil) throws {
+             hashRacyMargin: Int64? = nil, transferIdleTimeout: Duration? = nil) throws {
             var config = PeerNodeConfig(displayName: name)
             config.loopbackOnly = true
             config.accept = accept
@@ -37,6 +37,7 @@ import Testing
             config.outboxDirectory = outbox
             if let mayOffer { config.mayOffer = mayOffer }
             if let hashRacyMargin { config.hashRacyMargin = hashRacyMargin }
+            if let transferIdleTimeout { config.transferIdleTimeout = transferIdleTimeout }
             self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),

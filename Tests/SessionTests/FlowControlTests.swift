@@ -311,4 +311,25 @@ import Testing
         let bad = o.handle(.frame(.credit(streamID: 0, streamBytes: .max, connectionBytes: 0)), now: Self.t0)
         #expect(bad.contains(.emit(.disconnected(.flowControl, detail: "CREDIT for stream 0 grows a window past 2147483647 bytes", byPeer: false))))
     }
+
+    /// What the receiver asks before giving up on a stalled resource: whether the peer's
+    /// windows let it send the next chunk, both the stream's and the connection's.
+    @Test func peerMaySendFollowsTheReceiveWindows() {
+        var m = ConnectionRulesTests.connected(.listener)
+        let chunk = Frame.resourceData(resourceID: 3, data: [UInt8](repeating: 0, count: 65_536))
+        #expect(m.peerMaySend(65_536, on: 3))
+        for _ in 0..<3 { _ = m.handle(.frame(chunk), now: Self.t0) }
+        #expect(m.peerMaySend(65_536, on: 3) && !m.peerMaySend(65_537, on: 3))
+        _ = m.handle(.frame(chunk), now: Self.t0)
+        #expect(!m.peerMaySend(1, on: 3) && m.peerMaySend(0, on: 3), "the stream's window is used up; DONE needs none")
+        _ = m.handle(.consumed(streamID: 3, bytes: 262_144), now: Self.t0)
+        #expect(m.peerMaySend(65_536, on: 3))
+        // The connection's window: three streams of 256 KiB nobody reads, and 256 KiB more.
+        for id in [5, 7, 9] as [UInt32] {
+            for _ in 0..<4 { _ = m.handle(.frame(.streamData(streamID: id, data: [UInt8](repeating: 0, count: 65_536))), now: Self.t0) }
+        }
+        #expect(m.peerMaySend(65_536, on: 3), "256 KiB of the connection's window left")
+        for _ in 0..<4 { _ = m.handle(.frame(chunk), now: Self.t0) }
+        #expect(!m.peerMaySend(65_536, on: 11), "a new stream has its own window, but the connection's is used up")
+    }
 }
