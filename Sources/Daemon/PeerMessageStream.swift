@@ -115,34 +115,51 @@ final class PeerMessageStream: Sendable {
 
     // MARK: Client → peer
 
-    /// One batch of packets, sent in order while reading waits (back-pressure); queued
-    /// together, so small messages share TLS records and writes.
+    /// One batch of packets, queued together, so small messages share TLS records and writes.
+    /// Queued here, on the channel's queue, when the session takes it all now (the usual case:
+    /// no hop to a task, and reading goes on); otherwise reading waits (back-pressure) while a
+    /// task sends the rest, waiting for room, before the next batch is read.
     private func send(_ batch: [[UInt8]]) {
-        channel.pauseReading()
+        let fitting = batch.prefix { $0.count <= maxMessage }
         state.withLock { $0.sending = true }
+        // Counted as the session queues them: a message can reach the peer (and the session
+        // end) before the send returns.
+        let count: @Sendable (Int) -> Void = { n in self.state.withLock { $0.counts.sent += n } }
+        let taken: Int
+        do {
+            taken = try node.sendNow(messages: fitting, to: peer, onQueued: count)
+        } catch {
+            return sent(batch, fitting.count, failure: error)
+        }
+        if taken == fitting.count { return sent(batch, fitting.count, failure: nil) }
+        channel.pauseReading()
         Task {
-            let fitting = batch.prefix { $0.count <= maxMessage }
             var failure: (any Error)?
             do {
-                // Counted as the session queues them: a message can reach the peer (and the
-                // session end) before this task runs again.
-                try await node.send(messages: Array(fitting), to: peer) { n in state.withLock { $0.counts.sent += n } }
+                try await node.send(messages: Array(fitting.dropFirst(taken)), to: peer, onQueued: count)
             } catch {
                 failure = error
             }
-            let endNow = state.withLock { s -> (End, Counts, Int)? in
-                s.sending = false
-                guard let (end, unwritten) = s.endAfterSend else { return nil }
-                s.endAfterSend = nil
-                return (end, s.counts, unwritten)
-            }
-            if let (end, counts, unwritten) = endNow { onEnd(self, end, counts, unwritten) }
-            if let failure { return finish(.sessionEnded("\(failure)")) }
-            if fitting.count < batch.count {
-                return finish(.tooLarge("the client wrote a packet of \(batch[fitting.count].count) bytes; a message on this stream is at most \(maxMessage)"))
-            }
+            sent(batch, fitting.count, failure: failure)
             // Not after the end: the socket only waits to be flushed and closed.
             if !state.withLock({ $0.ended }) { channel.resumeReading() }
+        }
+    }
+
+    /// A batch's send is over (its first `fitting` packets queued, unless it failed): the end
+    /// the session reported meanwhile, then the stream's own end if the send failed or a
+    /// packet was too large.
+    private func sent(_ batch: [[UInt8]], _ fitting: Int, failure: (any Error)?) {
+        let endNow = state.withLock { s -> (End, Counts, Int)? in
+            s.sending = false
+            guard let (end, unwritten) = s.endAfterSend else { return nil }
+            s.endAfterSend = nil
+            return (end, s.counts, unwritten)
+        }
+        if let (end, counts, unwritten) = endNow { onEnd(self, end, counts, unwritten) }
+        if let failure { return finish(.sessionEnded("\(failure)")) }
+        if fitting < batch.count {
+            finish(.tooLarge("the client wrote a packet of \(batch[fitting].count) bytes; a message on this stream is at most \(maxMessage)"))
         }
     }
 

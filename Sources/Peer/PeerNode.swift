@@ -263,6 +263,21 @@ public final class PeerNode: Sendable {
         return targets.map(\.0)
     }
 
+    /// The first pass of `send(messages:to:onQueued:)`, which never waits: queues what
+    /// `peer`'s lanes take now, in order, writes it together, and returns how many (fewer
+    /// than all when its queue is over its bound: the rest go with `send(messages:to:onQueued:)`).
+    /// For a caller on a queue of its own (a data stream's channel): while the session has
+    /// room, a batch needs no task. `onQueued` gets the count before this returns or throws.
+    public func sendNow(messages: some Collection<[UInt8]>, to peer: PeerID, onQueued: (Int) -> Void = { _ in }) throws -> Int {
+        guard let c = state.withLock({ s in s.session(peer) }) else {
+            throw PeerError.notConnected(peer.shortText)
+        }
+        let (queued, result) = c.send(messages: messages)
+        if queued > 0 { onQueued(queued) }
+        if case .refused(let why) = result { throw refused(peer, why) }
+        return queued
+    }
+
     /// Sends reliable messages to `peer`, in order, waiting for room whenever its queue is
     /// over its bound (a data stream's batch): each pass queues what the lanes take and writes
     /// it together. `onQueued` gets how many were queued at each pass, before this returns or
@@ -295,9 +310,14 @@ public final class PeerNode: Sendable {
             guard await c.room(for: bytes) else { throw PeerError.notConnected(peer.shortText) }
             return true
         case .refused(let why):
-            logger.debug("a send was refused", ["peer.id": peer.shortText, "why": why])
-            throw PeerError.notConnected(peer.shortText)
+            throw refused(peer, why)
         }
+    }
+
+    /// The error for a send the connection refused (not connected any more, or too large).
+    private func refused(_ peer: PeerID, _ why: String) -> PeerError {
+        logger.debug("a send was refused", ["peer.id": peer.shortText, "why": why])
+        return PeerError.notConnected(peer.shortText)
     }
 
     /// Holds back (true) or returns (false) the flow-control credit for messages from `peer`:

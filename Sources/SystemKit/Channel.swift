@@ -109,6 +109,9 @@ public final class Channel: Sendable {
         var releaseWaiters: [@Sendable () -> Void] = []
         /// Descriptors the peer passed (SCM_RIGHTS), oldest first, not yet taken.
         var received: [Int32] = []
+        /// Packet mode: the buffer packets are read into (`readLimit` bytes), kept between
+        /// wakeups; used on the queue only.
+        var scratch: UnsafeMutableRawBufferPointer?
     }
 
     /// Descriptors a channel holds for its reader at most; more are closed as they come, so
@@ -151,7 +154,10 @@ public final class Channel: Sendable {
     }
 
     // No weak reference to a channel being freed may be formed: nobody waits on it anyway.
-    deinit { shut(notifying: false) }
+    deinit {
+        shut(notifying: false)
+        state.withLock { $0.scratch }?.deallocate()
+    }
 
     /// Starts reading: `onInput` gets what arrives, `onEnd` the peer's close or an error
     /// (once; not after `close()`). Both run on `queue`. Call once.
@@ -399,6 +405,10 @@ public final class Channel: Sendable {
         readLoop()
     }
 
+    /// Only the pages of the packet scratch that packets reached are resident: after a
+    /// wakeup that read a packet larger than this, the scratch is given back.
+    static let scratchKeptUpTo = 262_144
+
     /// Reads until the socket is empty (one wakeup for a burst: the watch arms reading again
     /// after its handler, so what is left would fire it again), handing batches on; after 16
     /// batches it comes back later, so other channels on the pool get their turn.
@@ -407,8 +417,17 @@ public final class Channel: Sendable {
         // size. A stream is read straight into the array handed on, so a bulk transfer's
         // bytes are not copied again on their way out of the socket; a short read is then
         // copied to its size (a batch must not hold a whole read's worth of memory per chunk).
-        let scratch = mode == .packet ? UnsafeMutableRawBufferPointer.allocate(byteCount: readLimit, alignment: 8) : nil
-        defer { scratch?.deallocate() }
+        // The scratch is kept between wakeups: made at each one, a large one (a message
+        // stream's 4 MiB) was an mmap, a page fault and an munmap (with its TLB shootdown)
+        // per wakeup, since the daemon fixes glibc's mmap threshold (`ProcessMemory`).
+        let scratch = mode == .packet ? state.withLock { s in
+            if s.scratch == nil { s.scratch = .allocate(byteCount: readLimit, alignment: 8) }
+            return s.scratch
+        } : nil
+        var largest = 0
+        defer {
+            if largest > Self.scratchKeptUpTo { state.withLock { s in s.scratch = nil }; scratch?.deallocate() }
+        }
         let flags = Int32(MSG_DONTWAIT) | (mode == .packet ? Int32(MSG_TRUNC) : 0)
         for _ in 0..<16 {
             guard let onInput = state.withLock({ s in s.closed || s.readPaused || s.readEnded ? nil : s.onInput }) else { return }
@@ -444,6 +463,7 @@ public final class Channel: Sendable {
                     break
                 }
                 if let scratch {
+                    largest = max(largest, n)
                     batch.append(n > scratch.count ? [UInt8](repeating: 0, count: n) : Array(UnsafeRawBufferPointer(rebasing: scratch[0..<n])))
                 } else if n < readLimit / 2 {
                     batch.append([UInt8](unsafeUninitializedCapacity: n) { $1 = $0.initialize(from: chunk).1 })
