@@ -33,11 +33,23 @@ final class DNSSDCapability: DaemonCapability {
 
     /// Starts a browse whose events go to `handler` (on the DNS-SD client's queue) rather than
     /// to a connection; returns its ID for `stopBrowse`.
-    func browse(_ spec: BrowseSpec, handler: @escaping @Sendable (DNSSDEvent) -> Void) async throws(DNSSDError) -> String {
+    /// `registered` gets the browse's ID before its browser exists, for the caller's own
+    /// bookkeeping: Avahi may answer from its cache at once, before this returns.
+    func browse(_ spec: BrowseSpec, registered: @escaping @Sendable (String) -> Void = { _ in },
+                handler: @escaping @Sendable (DNSSDEvent) -> Void) async throws(DNSSDError) -> String {
         guard let client else { throw .unavailable("DNS-SD is not set up") }
         // The handler is in place before the browser exists: Avahi may answer from its cache at once.
-        return try await client.browse(spec) { [weak self] id in
-            self?.state.withLock { $0.browseHandlers[id] = handler }
+        let started = Mutex<String?>(nil)
+        do {
+            return try await client.browse(spec) { [weak self] id in
+                started.withLock { $0 = id }
+                registered(id)
+                self?.state.withLock { $0.browseHandlers[id] = handler }
+            }
+        } catch {
+            // The browser could not start: its handler goes (the caller forgets its own entry).
+            if let id = started.withLock({ $0 }) { _ = state.withLock { $0.browseHandlers.removeValue(forKey: id) } }
+            throw error
         }
     }
 

@@ -114,10 +114,21 @@ final class PeerDiscovery: Sendable {
     func browse(type: String, _ ctx: RequestContext) async throws(RPCError) -> String {
         let service = "_\(type)._tcp"
         let owner = ctx.client
-        let id = try await rpc {
-            try await dnssd.browse(BrowseSpec(type: service, resolve: true)) { [weak self] e in self?.handle(e) }
+        // Known before the browser exists: Avahi may answer from its cache before `browse`
+        // returns, and `update` drops what comes for a browse it does not know.
+        let started = Mutex<String?>(nil)
+        let id: String
+        do {
+            id = try await rpc {
+                try await dnssd.browse(BrowseSpec(type: service, resolve: true), registered: { [weak self] id in
+                    started.withLock { $0 = id }
+                    self?.state.withLock { $0.browses[id] = Browse(type: type, owner: owner) }
+                }, handler: { [weak self] e in self?.handle(e) })
+            }
+        } catch {
+            if let id = started.withLock({ $0 }) { _ = state.withLock { $0.browses.removeValue(forKey: id) } }
+            throw error
         }
-        state.withLock { $0.browses[id] = Browse(type: type, owner: owner) }
         ctx.onConnectionClose { [weak self] in
             guard let self else { return }
             Task { await self.stopBrowse(id) }
