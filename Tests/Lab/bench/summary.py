@@ -52,6 +52,8 @@ TARGETS = {
     "peer.ratio_plain_vs_socat_tcp_1k": ">= 0.90",
     "peer.ratio_plain_vs_socat_tcp_64k": ">= 0.90",
     "peer.hub_rss_mb_8_peers": "< 25",
+    "peer.ratio_tls_vs_socat_veth_1k": ">= 0.90",
+    "peer.ratio_tls_vs_socat_veth_64k": ">= 0.90",
     "peer_host.ratio_tls_vs_socat_tls_1k": ">= 0.90",
     "peer_host.ratio_tls_vs_socat_tls_64k": ">= 0.90",
     "peer_host.ratio_plain_vs_socat_tcp_1k": ">= 0.90",
