@@ -83,4 +83,4 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # record NAME KEY VALUE: one run's value; m NAME KEY: the median of those recorded.
 record() { RUNS[$1.$2]+="$3 "; }
 m() { tr ' ' '\n' <<<"${RUNS[$1.$2]:-}" | grep . | median; }
-each_run() { tr -s ' ' ',' <<<"${RUNS[$1.$2]% }"; }
+each_run() { local v=${RUNS[$1.$2]:-}; tr -s ' ' ',' <<<"${v% }"; }

@@ -57,7 +57,9 @@ ours() {
     out=$(python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
         --to "${ID[$rx]}" --from-id "${ID[$tx]}" --size "$size" --count $(( $5 / size ))) \
         || fail "$name: the throughput run failed: $out"
-    record "$name" bytes_per_s "$(sed -n 's/.* bytes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")"
+    local rate; rate=$(sed -n 's/.* bytes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")
+    [ -n "$rate" ] || fail "$name: no rate in the throughput run's output: $out"
+    record "$name" bytes_per_s "$rate"
     # Both daemons' CPU seconds for the run, per GiB moved.
     record "$name" daemons_cpu_s_per_gib "$(awk -v t=$(( $(ticks "${PID[$tx]}") + $(ticks "${PID[$rx]}") - c0 )) -v b="$5" \
         'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }')"
@@ -88,6 +90,7 @@ socat_run() {
     local rate
     rate=$(python3 "$REPO/Tests/Lab/bench/socat_log_rate.py" "$work/socat.log" "$bytes" "$size") \
         || fail "$name: socat's log: $rate"
+    [ -n "${rate#* }" ] || fail "$name: no rate from socat's log"
     record "$name" bytes_per_s "${rate#* }"
     rm -f "$work/rx.bin" "$work/data.bin"
 }
@@ -115,6 +118,7 @@ socat -d -d -lu "OPENSSL-LISTEN:47712,bind=127.0.0.1,reuseaddr,fork,cert=$work/s
     >"$work/echo.log" 2>&1 &
 pids+=($!)
 for i in $(seq 100); do grep -q "listening on" "$work/echo.log" && break; sleep 0.05; done
+grep -q "listening on" "$work/echo.log" || fail "the socat echo server did not listen: $(cat "$work/echo.log")"
 ECHO_RTT=$(python3 -u "$TOOL" tls-echo-rtt --to 127.0.0.1:47712 --cert "$work/cli.crt" --key "$work/cli.key" \
     --count "$RTT_N") || fail "the TLS echo's round trips failed: $ECHO_RTT"
 grep -q "version=TLSv1.3" <<<"$ECHO_RTT" || fail "the echo did not run over TLS 1.3: $ECHO_RTT"
@@ -124,10 +128,13 @@ grep -q "version=TLSv1.3" <<<"$ECHO_RTT" || fail "the echo did not run over TLS 
 socat -d -d -lu "OPENSSL-LISTEN:47713,bind=127.0.0.1,reuseaddr,nodelay,cert=$work/srv.pem,cafile=$work/cli.crt,verify=1" \
     "UNIX-LISTEN:$work/relay-b.sock" >"$work/relay-b.log" 2>&1 &
 pids+=($!)
+for i in $(seq 100); do grep -q "listening on" "$work/relay-b.log" && break; sleep 0.05; done
+grep -q "listening on" "$work/relay-b.log" || fail "the far socat relay did not listen: $(cat "$work/relay-b.log")"
 socat -d -d -lu "UNIX-LISTEN:$work/relay-a.sock" "OPENSSL:127.0.0.1:47713,nodelay,cert=$work/cli.pem,verify=0" \
     >"$work/relay-a.log" 2>&1 &
 pids+=($!)
 for i in $(seq 100); do [ -S "$work/relay-a.sock" ] && break; sleep 0.05; done
+[ -S "$work/relay-a.sock" ] || fail "the near socat relay did not listen: $(cat "$work/relay-a.log")"
 RELAY_RTT=$(python3 -u "$TOOL" relay-rtt --a "$work/relay-a.sock" --b "$work/relay-b.sock" --count "$RTT_N") \
     || fail "the round trips through two socat relays failed: $RELAY_RTT $(cat "$work/relay-a.log" "$work/relay-b.log")"
 grep -q "SSL proto version used: TLSv1.3" "$work/relay-b.log" || fail "the relays did not use TLS 1.3: $(cat "$work/relay-b.log")"

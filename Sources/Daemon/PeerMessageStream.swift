@@ -121,22 +121,30 @@ final class PeerMessageStream: Sendable {
     /// task sends the rest, waiting for room, before the next batch is read.
     private func send(_ batch: [[UInt8]]) {
         let fitting = batch.prefix { $0.count <= maxMessage }
-        state.withLock { $0.sending = true }
+        // Once the stream has ended (its end reported), nothing more goes: not to a session
+        // the peer has meanwhile made again either. Reading pauses at the end; a batch read
+        // just before is dropped here.
+        guard state.withLock({ s in
+            if s.ended { return false }
+            s.sending = true
+            return true
+        }) else { return }
         // Counted as the session queues them: a message can reach the peer (and the session
         // end) before the send returns.
         let count: @Sendable (Int) -> Void = { n in self.state.withLock { $0.counts.sent += n } }
-        let taken: Int
+        let first: (queued: Int, session: PeerConnection)
         do {
-            taken = try node.sendNow(messages: fitting, to: peer, onQueued: count)
+            first = try node.sendNow(messages: fitting, to: peer, onQueued: count)
         } catch {
             return sent(batch, fitting.count, failure: error)
         }
-        if taken == fitting.count { return sent(batch, fitting.count, failure: nil) }
+        if first.queued == fitting.count { return sent(batch, fitting.count, failure: nil) }
         channel.pauseReading()
         Task {
             var failure: (any Error)?
             do {
-                try await node.send(messages: Array(fitting.dropFirst(taken)), to: peer, onQueued: count)
+                // The rest on the same session: never part of a batch on one the peer made again.
+                try await node.send(fitting.dropFirst(first.queued), on: first.session, to: peer, onQueued: count)
             } catch {
                 failure = error
             }
@@ -273,7 +281,9 @@ final class PeerMessageStream: Sendable {
             return (s.counts, unwritten)
         }
         guard let report else { return }
-        if case .sessionEnded = end {} else { channel.close() }
+        // Ended by the session: the socket stays until the peer's last messages are written
+        // to it, but nothing more is read from it.
+        if case .sessionEnded = end { channel.pauseReading() } else { channel.close() }
         if let (counts, unwritten) = report { onEnd(self, end, counts, unwritten) }
     }
 }

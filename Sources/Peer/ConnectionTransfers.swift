@@ -324,16 +324,17 @@ struct ConnectionTransfers {
     }
 
     /// Ends `timeout` every accepted resource of the peer's that got no data for `limit`
-    /// while the peer could send it (`blocked`: those whose data the peer's windows do not
-    /// allow now; their clock restarts, as does one whose window is held back for the
-    /// disk). The peer hears RESOURCE_CANCEL `timeout`; the received part is kept, so the
+    /// while the peer could send it and sent nothing else: `blocked` are those whose data the
+    /// peer's windows do not allow now, `dataArrived` says other data came since the last
+    /// look (the link is slow and shared, or the peer's messages go first). Their clocks
+    /// restart, as does that of one whose window is held back for the disk. The peer hears RESOURCE_CANCEL `timeout`; the received part is kept, so the
     /// same resource offered again resumes from it. Without this a live peer that stops
     /// sending would hold its slot, its promised space and its part until the session ends.
-    mutating func stalled(now: ContinuousClock.Instant, after limit: Duration, blocked: Set<UInt32>) -> Outcome {
+    mutating func stalled(now: ContinuousClock.Instant, after limit: Duration, blocked: Set<UInt32>, dataArrived: Bool) -> Outcome {
         var out = Outcome()
         for id in receiving.keys.sorted() {
             guard var r = receiving[id], let file = r.file else { continue }
-            if r.heldCredit > 0 || blocked.contains(id) {
+            if dataArrived || r.heldCredit > 0 || blocked.contains(id) {
                 r.quietSince = now
                 receiving[id] = r
                 continue
@@ -509,7 +510,10 @@ struct ConnectionTransfers {
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
-            if let e = forget(id, reason, "the peer cancelled it", byPeer: true, &out) { out.events.append(e) }
+            let detail = reason == .timeout && sending[id] != nil
+                ? "the peer got no data for its idle timeout and stopped; it keeps what arrived: sending the file again resumes from there"
+                : "the peer cancelled it"
+            if let e = forget(id, reason, detail, byPeer: true, &out) { out.events.append(e) }
         case .violation(let id, let why, let reply):
             out.frames.append(reply)
             out.dropped.append(id)

@@ -87,6 +87,10 @@ public final class PeerConnection: Sendable {
         /// A look for stalled resources is due (`lookForStalls`): one at a time, while a
         /// resource of the peer's is being received.
         var stallCheckArmed = false
+        /// Data (MESSAGE, RESOURCE_DATA, STREAM_DATA) came since the last look: the peer is
+        /// sending, if not that resource's bytes (the link is slow and shared, or its messages
+        /// go first), and no resource is stalled.
+        var dataSinceStallLook = false
         var closed = false
         /// Resources both ways, with their files.
         var transfers: ConnectionTransfers
@@ -287,15 +291,18 @@ public final class PeerConnection: Sendable {
         }
     }
 
-    /// Ends the peer's resources that got no data for `transferIdleTimeout` while its
-    /// windows let it send (`ConnectionTransfers.stalled`).
+    /// Ends the peer's resources that got no data for `transferIdleTimeout` while the
+    /// connection brought no data at all and the peer's windows let it send
+    /// (`ConnectionTransfers.stalled`).
     private func lookForStalls() {
         var events: [Delivered] = []
         let waiters = state.withLock { s -> [RoomWaiter] in
             s.stallCheckArmed = false
             guard !s.closed else { return [] }
             let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
-            apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked), &s, &events)
+            let dataArrived = s.dataSinceStallLook
+            s.dataSinceStallLook = false
+            apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
             return endOfTurn(&s, &events)
         }
         deliver(events, waiters)
@@ -313,6 +320,7 @@ public final class PeerConnection: Sendable {
                 return
             }
             guard let frame else { return }
+            if frame.flowControlledBytes > 0 { s.dataSinceStallLook = true }
             perform(s.machine.handle(.frame(frame), now: .now), &s, &events)
             // A frame may name a stream that has ended (a CREDIT or data that crossed the end
             // on the wire, a refused STREAM_OPEN) or one that never was: the machine counted

@@ -267,15 +267,17 @@ public final class PeerNode: Sendable {
     /// `peer`'s lanes take now, in order, writes it together, and returns how many (fewer
     /// than all when its queue is over its bound: the rest go with `send(messages:to:onQueued:)`).
     /// For a caller on a queue of its own (a data stream's channel): while the session has
-    /// room, a batch needs no task. `onQueued` gets the count before this returns or throws.
-    public func sendNow(messages: some Collection<[UInt8]>, to peer: PeerID, onQueued: (Int) -> Void = { _ in }) throws -> Int {
+    /// room, a batch needs no task. Returns the session too, for the rest
+    /// (`send(_:on:to:onQueued:)`). `onQueued` gets the count before this returns or throws.
+    public func sendNow(messages: some Collection<[UInt8]>, to peer: PeerID,
+                        onQueued: (Int) -> Void = { _ in }) throws -> (queued: Int, session: PeerConnection) {
         guard let c = state.withLock({ s in s.session(peer) }) else {
             throw PeerError.notConnected(peer.shortText)
         }
         let (queued, result) = c.send(messages: messages)
         if queued > 0 { onQueued(queued) }
         if case .refused(let why) = result { throw refused(peer, why) }
-        return queued
+        return (queued, c)
     }
 
     /// Sends reliable messages to `peer`, in order, waiting for room whenever its queue is
@@ -286,7 +288,14 @@ public final class PeerNode: Sendable {
         guard let c = state.withLock({ s in s.session(peer) }) else {
             throw PeerError.notConnected(peer.shortText)
         }
-        var rest = messages[...]
+        try await send(messages[...], on: c, to: peer, onQueued: onQueued)
+    }
+
+    /// `send(messages:to:onQueued:)` on session `c` (from `sendNow`): a session that ends
+    /// meanwhile fails it, even if `peer` has made another.
+    public func send(_ messages: ArraySlice<[UInt8]>, on c: PeerConnection, to peer: PeerID,
+                     onQueued: (Int) -> Void = { _ in }) async throws {
+        var rest = messages
         while !rest.isEmpty {
             let (queued, result) = c.send(messages: rest)
             if queued > 0 { onQueued(queued) }

@@ -1,6 +1,5 @@
 import Foundation
 @testable import Peer
-import Synchronization
 import Session
 import SystemKit
 import TLS
@@ -65,37 +64,71 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == Data(content))
     }
 
-    /// The clock of a resource runs only while the peer could send its next chunk: ten
-    /// limits without window (the connection's own, `blocked`) end nothing, and the limit
-    /// counts from the last look that found it blocked. Then it ends `timeout`, the part with
-    /// what was written kept: the same offer resumes from it. (A real node's windows cannot be
-    /// driven that far from outside: at most two unread streams and the held messages fill
-    /// less than the connection's window; the connection asks the machine, `peerMaySend`,
-    /// tested in FlowControlTests.)
-    @Test func theClockRunsOnlyWhileThePeerCouldSend() async throws {
+    /// The node as the sender: a peer that ends its resource `timeout` is reported so, and
+    /// the node's client is told that sending the file again resumes it.
+    @Test func theSenderIsToldATimedOutResourceResumesWhenSentAgain() async throws {
         let dir = try Directory()
-        let inbox = try Inbox(directory: dir.path + "/inbox")
-        let peer = try #require(PeerID(bytes: [UInt8](repeating: 9, count: 32)))
-        let content = InboxTests.content(300_000)
-        let offer = ResourceOffer(resourceID: 1, name: "waits.bin", size: 300_000, sha256: try SHA256Digest.hash(content), mediaType: "x/y")
+        let (a, raw, me) = try await PeerFlowTests.rawSession("sender", inbox: try Inbox(directory: dir.path + "/inbox"))
+        defer { raw.close(); a.node.stop() }
+        let path = try PeerResourceTests.write(InboxTests.content(200_000), in: dir, "big.bin")
+        let sent = try await a.node.sendResource(path: path, to: [me])
+        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
+        guard case .resourceOffer(let o)? = offer else {
+            Issue.record("no offer: \(String(describing: offer))")
+            return
+        }
+        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0), .resourceCancel(resourceID: o.resourceID, reason: .timeout)])
+        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, true)) = $0 { true } else { false } }
+        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
+            Issue.record("no timeout reported")
+            return
+        }
+        #expect(t.id == sent.first?.id && t.outgoing)
+        #expect(detail.contains("sending the file again resumes"), "\(detail)")
+    }
+
+    /// A resource of 300,000 bytes accepted and given its first 50,000 (written: `suspend`
+    /// waits for the writes before it), from a hand-made table at `start`.
+    static func receiving(_ inbox: Inbox, _ peer: PeerID, size: Int = 300_000, first: Int = 50_000,
+                          write: Bool = true, at start: ContinuousClock.Instant) throws -> (ConnectionTransfers, ResourceOffer) {
+        let content = InboxTests.content(size)
+        let offer = ResourceOffer(resourceID: 1, name: "waits.bin", size: UInt64(size), sha256: try SHA256Digest.hash(content), mediaType: "x/y")
         var t = ConnectionTransfers(role: .listener)
-        let start = ContinuousClock.now, limit = Duration.seconds(60)
         _ = t.received(.resourceOffer(offer), from: peer, now: start)
         #expect(!t.isReceiving, "an offer not yet accepted has its own timeout")
         _ = t.accept(1, file: try inbox.receive(offer, from: peer), now: start)
-        let data = t.received(.resourceData(resourceID: 1, data: Array(content[0..<50_000])), from: peer, now: start)
-        let written = AsyncSignal(), done = Mutex(false)
-        for w in data.writes { w.writer.write(w.bytes) { _ in done.withLock { $0 = true }; written.fire() } }
-        #expect(await written.wait(timeout: .seconds(10)) { done.withLock { $0 } })
+        for at in stride(from: 0, to: first, by: 50_000) {
+            let data = t.received(.resourceData(resourceID: 1, data: Array(content[at..<min(at + 50_000, first)])), from: peer, now: start)
+            if write { for w in data.writes { w.writer.write(w.bytes) { _ in } } }
+        }
+        return (t, offer)
+    }
+
+    /// The clock of a resource runs only while the peer could send its next chunk and sent
+    /// nothing else: ten limits without window (`blocked`, the machine's `peerMaySend`,
+    /// tested in FlowControlTests), then ten with other data arriving, end nothing, and the
+    /// limit counts from the last such look. Then it ends `timeout`, the part with what was
+    /// written kept: the same offer resumes from it. (A real node's windows cannot be driven
+    /// that far from outside: at most two unread streams and the held messages fill less than
+    /// the connection's window.)
+    @Test func theClockRunsOnlyWhileThePeerCouldSendAndSendsNothing() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 9, count: 32)))
+        let start = ContinuousClock.now, limit = Duration.seconds(60)
+        var (t, offer) = try Self.receiving(inbox, peer, at: start)
         #expect(t.isReceiving)
         #expect(t.awaitedData.map(\.id) == [1] && t.awaitedData.map(\.bytes) == [Session.Wire.maxPayload])
 
         for i in 1...10 {
-            #expect(t.stalled(now: start + limit * i, after: limit, blocked: [1]).frames.isEmpty, "blocked at \(i) limits")
+            #expect(t.stalled(now: start + limit * i, after: limit, blocked: [1], dataArrived: false).frames.isEmpty, "blocked at \(i) limits")
         }
-        let lastBlocked = start + limit * 10
-        #expect(t.stalled(now: lastBlocked + limit / 2, after: limit, blocked: []).frames.isEmpty)
-        let out = t.stalled(now: lastBlocked + limit, after: limit, blocked: [])
+        for i in 11...20 {
+            #expect(t.stalled(now: start + limit * i, after: limit, blocked: [], dataArrived: true).frames.isEmpty, "other data at \(i) limits")
+        }
+        let lastBusy = start + limit * 20
+        #expect(t.stalled(now: lastBusy + limit / 2, after: limit, blocked: [], dataArrived: false).frames.isEmpty)
+        let out = t.stalled(now: lastBusy + limit, after: limit, blocked: [], dataArrived: false)
         #expect(out.frames == [.resourceCancel(resourceID: 1, reason: .timeout)])
         #expect(out.dropped == [1])
         guard case .ended(1, false, .timeout, let detail, false, 50_000)? = out.events.first, out.events.count == 1 else {
@@ -105,5 +138,21 @@ import Testing
         #expect(detail.contains("50000 bytes received are kept"), "\(detail)")
         #expect(!t.isReceiving && t.awaitedData.isEmpty)
         #expect(try inbox.receive(offer, from: peer).offset == 50_000, "the part resumes")
+    }
+
+    /// A resource whose writer is behind by more than `writeAhead` has its window held back
+    /// for the disk: the peer cannot send, so its clock does not run, however long the disk
+    /// takes (here the writes are never done).
+    @Test func aResourceWaitingForTheDiskIsNotTimedOut() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 8, count: 32)))
+        let start = ContinuousClock.now, limit = Duration.seconds(60)
+        let over = ConnectionTransfers.writeAhead + 100_000
+        var (t, _) = try Self.receiving(inbox, peer, size: 2 * over, first: over, write: false, at: start)
+        for i in 1...10 {
+            #expect(t.stalled(now: start + limit * i, after: limit, blocked: [], dataArrived: false).frames.isEmpty, "at \(i) limits")
+        }
+        #expect(t.isReceiving)
     }
 }
