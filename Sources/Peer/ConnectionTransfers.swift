@@ -327,9 +327,11 @@ struct ConnectionTransfers {
     /// while the peer could send it and sent nothing else: `blocked` are those whose data the
     /// peer's windows do not allow now, `dataArrived` says other data came since the last
     /// look (the link is slow and shared, or the peer's messages go first). Their clocks
-    /// restart, as does that of one whose window is held back for the disk. The peer hears RESOURCE_CANCEL `timeout`; the received part is kept, so the
-    /// same resource offered again resumes from it. Without this a live peer that stops
-    /// sending would hold its slot, its promised space and its part until the session ends.
+    /// restart, as does that of one whose window is held back for the disk. The peer hears
+    /// RESOURCE_CANCEL `timeout`; the received part is kept, so the same resource offered
+    /// again resumes from it. Without this a live peer that stops sending would hold its
+    /// slot, its promised space and its part until the session ends. (Only incoming
+    /// resources end here: no offer of ours held back gets room from it.)
     mutating func stalled(now: ContinuousClock.Instant, after limit: Duration, blocked: Set<UInt32>, dataArrived: Bool) -> Outcome {
         var out = Outcome()
         for id in receiving.keys.sorted() {
@@ -348,7 +350,6 @@ struct ConnectionTransfers {
                                      detail: "no data for \(limit) while the peer could send; the \(kept) bytes received are kept for a resume",
                                      byPeer: false, bytes: r.received))
         }
-        out.frames += table.releaseHeld()
         return out
     }
 

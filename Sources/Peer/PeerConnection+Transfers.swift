@@ -4,7 +4,8 @@ import Session
 
 /// A connection's resource and byte stream commands (from any thread): each changes the
 /// `ConnectionTransfers` under the connection's lock, queues what it asks, writes, and
-/// delivers the events and wakeups after the lock, as the connection's own turns do.
+/// delivers the events and wakeups after the lock, as the connection's own turns do; and the
+/// connection's own look for received resources that stalled.
 extension PeerConnection {
     // MARK: Resources (from any thread)
 
@@ -126,6 +127,35 @@ extension PeerConnection {
                 transfers { s in s.transfers.written(id, bytes: count, error: error) }
             }
         }
+    }
+
+    // MARK: Stalled resources (on the queue)
+
+    /// While a resource of the peer's is being received, a look for stalls every quarter of
+    /// `transferIdleTimeout` (so one is found between one and one and a quarter of it).
+    func armStallCheck(_ s: inout State) {
+        guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving else { return }
+        s.stallCheckArmed = true
+        queue.asyncAfter(deadline: .now() + (transferIdleTimeout / 4).dispatchInterval) { [weak self] in
+            self?.lookForStalls()
+        }
+    }
+
+    /// Ends the peer's resources that got no data for `transferIdleTimeout` while the
+    /// connection brought no data at all and the peer's windows let it send
+    /// (`ConnectionTransfers.stalled`).
+    private func lookForStalls() {
+        var events: [Delivered] = []
+        let waiters = state.withLock { s -> [RoomWaiter] in
+            s.stallCheckArmed = false
+            guard !s.closed else { return [] }
+            let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
+            let dataArrived = s.dataSinceStallLook
+            s.dataSinceStallLook = false
+            apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
+            return endOfTurn(&s, &events)
+        }
+        deliver(events, waiters)
     }
 
     private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {

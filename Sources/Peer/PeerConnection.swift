@@ -281,33 +281,6 @@ public final class PeerConnection: Sendable {
         return roomForWaiters(&s)
     }
 
-    /// While a resource of the peer's is being received, a look for stalls every quarter of
-    /// `transferIdleTimeout` (so one is found between one and one and a quarter of it).
-    private func armStallCheck(_ s: inout State) {
-        guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving else { return }
-        s.stallCheckArmed = true
-        queue.asyncAfter(deadline: .now() + (transferIdleTimeout / 4).dispatchInterval) { [weak self] in
-            self?.lookForStalls()
-        }
-    }
-
-    /// Ends the peer's resources that got no data for `transferIdleTimeout` while the
-    /// connection brought no data at all and the peer's windows let it send
-    /// (`ConnectionTransfers.stalled`).
-    private func lookForStalls() {
-        var events: [Delivered] = []
-        let waiters = state.withLock { s -> [RoomWaiter] in
-            s.stallCheckArmed = false
-            guard !s.closed else { return [] }
-            let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
-            let dataArrived = s.dataSinceStallLook
-            s.dataSinceStallLook = false
-            apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
-            return endOfTurn(&s, &events)
-        }
-        deliver(events, waiters)
-    }
-
     /// Decodes and hands on every whole frame; stops at a `startTLS` (what follows is TLS).
     private func drainFrames(_ s: inout State, _ events: inout [Delivered]) {
         while !s.inputDead {

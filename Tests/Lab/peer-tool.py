@@ -849,6 +849,8 @@ def cmd_stall(a):
 
 
 def recv_all(s, n):
+    """n bytes from blocking socket s: not recv_exact, whose timeout (a poll before each
+    recv) would add to the baseline's round trips what the other clients do not pay."""
     got = b""
     while len(got) < n:
         chunk = s.recv(n - len(got))
