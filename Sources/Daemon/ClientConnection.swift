@@ -222,8 +222,11 @@ final class ClientConnection: Sendable {
             guard let closing else { return }
             for h in closing.handlers { h() }
             closing.timer?.cancel()
-            channel.close()
+            // Out of the server's table before the client can see the close: once it has read
+            // its end of the socket, `daemon.status` no longer counts it (the other order let
+            // a status request between the two count a client that had already gone).
             onClose(id)
+            channel.close()
         }
         return true
     }
