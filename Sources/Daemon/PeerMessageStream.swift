@@ -35,6 +35,8 @@ final class PeerMessageStream: Sendable {
         case sessionEnded(String)
         /// A message did not fit in one packet of the socket: which way, its size, the limit.
         case tooLarge(String)
+        /// Reading or writing the socket failed (the error).
+        case failed(String)
 
         var name: String {
             switch self {
@@ -42,6 +44,7 @@ final class PeerMessageStream: Sendable {
             case .stopped: "stopped"
             case .sessionEnded: "session-ended"
             case .tooLarge: "too-large"
+            case .failed: "failed"
             }
         }
 
@@ -51,6 +54,7 @@ final class PeerMessageStream: Sendable {
             case .stopped: "the stream was stopped (its control connection closed, or the daemon stops)"
             case .sessionEnded(let reason): "the session ended (\(reason))"
             case .tooLarge(let why): why
+            case .failed(let error): "the stream's socket failed: \(error)"
             }
         }
     }
@@ -108,7 +112,12 @@ final class PeerMessageStream: Sendable {
         channel = Channel(fd: fd, mode: .packet, label: "peer-stream.\(id)", outboxLimit: 1,
                           readLimit: maxMessage + 1, batchLimit: 16)
         channel.start(onInput: { [weak self] batch in self?.send(batch) },
-                      onEnd: { [weak self] _ in self?.finish(.closed) })
+                      onEnd: { [weak self] end in
+                          switch end {
+                          case .peerClosed: self?.finish(.closed)
+                          case .failed(let e): self?.finish(.failed("\(e)"))
+                          }
+                      })
         // `stop()` closes the channel, which reports nothing: say so here.
         channel.whenDescriptorClosed { [weak self] in self?.finish(.stopped) }
     }
@@ -344,10 +353,17 @@ extension PeerCapability {
             try p.rejectUnknown(allowed: ["peer"])
             let peer = try Self.peer(p, "peer")
             let owner = rc.clientID
+            let logger = context.logger.child("peer")
             let stream = try streams.open(peer: peer, node: node, rc, handOn: { messages in
                 // Not written to the client: they become events, as without a stream.
                 for m in messages { context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: peer, m, reliable: true)) }
             }, onEnd: { stream, end, counts, unwritten in
+                let fields: [String: String] = ["peer.id": peer.shortText, "stream": stream.id, "reason": end.name, "why": end.message,
+                                                "sent": "\(counts.sent)", "received": "\(counts.received)", "unwritten": "\(unwritten)"]
+                switch end {
+                case .closed, .stopped, .sessionEnded: logger.debug("message stream ended", fields)
+                case .tooLarge, .failed: logger.notice("message stream ended", fields)
+                }
                 var o = Self.json(peer)
                 o["stream"] = .string(stream.id)
                 o["reason"] = .string(end.name)

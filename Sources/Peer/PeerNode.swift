@@ -445,6 +445,8 @@ public final class PeerNode: Sendable {
                     if let target = s.dialTargets[id] { s.lastReached[peer] = target }
                     return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
                 }
+                logger.info("peer session connected", ["peer.id": peer.shortText, "peer.name": summary.displayName,
+                                                        "remote": "\(summary.remote)", "encrypted": "\(summary.encrypted)"])
                 onEvent(.connected(summary))
                 transfers.sessionUp(peer, c)
                 for k in waiters { k.resume(returning: summary) }
@@ -508,6 +510,10 @@ public final class PeerNode: Sendable {
         let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
                                   reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
+        if wasSession {
+            logger.info("peer session ended", ["peer.id": hello?.peerID.shortText ?? "?", "reason": reason.name, "why": detail,
+                                               "by": byPeer ? "peer" : "us"])
+        }
         apply(actions)
         if wasSession || !superseded { onEvent(.disconnected(info)) }
         if invitation != nil { onEvent(.invitationEnded(info)) }

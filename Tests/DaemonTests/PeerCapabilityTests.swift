@@ -491,6 +491,13 @@ extension PeerCapabilityTests {
         #expect(try Self.readPacket(bFD, max: limit) == nil, "the end of the socket")
         let bEnded = try bClient.nextEvent("peer.stream-ended")
         #expect(bEnded["data"]?["reason"] == "session-ended" && bEnded["data"]?["received"] == 1000 && bEnded["data"]?["sent"] == 1001)
+        // The journal says so too, with the reasons: the session's end on both sides, and
+        // each stream's end.
+        for (name, log) in [("a", a.log), ("b", b.log)] {
+            #expect(log.contains("peer session connected") && log.contains("peer session ended") && log.contains("reason=normal"), "\(name)'s log:\n\(log.suffix(2000))")
+        }
+        #expect(a.log.contains("message stream ended") && a.log.contains("reason=closed"), "a's log:\n\(a.log.suffix(2000))")
+        #expect(b.log.contains("message stream ended") && b.log.contains("reason=session-ended"), "b's log:\n\(b.log.suffix(2000))")
     }
 }
 

@@ -71,9 +71,22 @@ import Glibc
     }
 
     @Test func aRefusedConnectNamesTheAddress() throws {
-        // A port that was just free: listen, note it, close.
-        let (l, port) = try TCPSocket.listen(port: 0, loopback: true)
-        closeQuietly(l)
+        // A port held by a socket that is bound and does not listen: a connect to it is
+        // refused, and no other socket (a parallel test's listener, or this connect's own
+        // end: TCP connects a socket to itself when both ends get one port) can take it
+        // meanwhile, as it could a port that was only free a moment ago.
+        let bound = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(bound >= 0)
+        defer { closeQuietly(bound) }
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bindResult = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(bound, $0, length) } }
+        #expect(bindResult == 0)
+        _ = withUnsafeMutablePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(bound, $0, &length) } }
+        let port = UInt16(bigEndian: local.sin_port)
+        #expect(port != 0)
         let address = try TCPSocket.resolve(HostPort("127.0.0.1:\(port)"))[0]
         #expect {
             _ = try Self.connect(address)
