@@ -127,8 +127,8 @@ public final class PeerConnection: Sendable {
         // must have started before it reads it.
         queue.async { [self] in
             run(.start)
-            // The end may be reported from inside a `send` (a write that fails), which runs
-            // under this connection's lock: take it up after that, on the queue.
+            // The channel reports its end on this queue (never inside a `send`); it is taken
+            // up behind the turns already queued.
             channel.start(onInput: { [weak self] chunks in self?.received(chunks) },
                           onEnd: { [weak self] _ in
                 guard let self else { return }

@@ -16,8 +16,9 @@ import Glibc
 ///   `outboxLimit` (bytes in stream mode, packets in packet mode) `send` answers `.full`: a
 ///   caller that drops counts it, a caller that waits uses `whenRoom` or `write`.
 /// - The peer closing (end of file, `EPIPE`, `ECONNRESET`) or an error is reported once
-///   through `onEnd`. An error closes the channel; the end of input only stops reading (a
-///   stream client that half-closes still gets its replies).
+///   through `onEnd`, on the queue (never inside a caller's `send`). An error closes the
+///   channel; the end of input only stops reading (a stream client that half-closes still
+///   gets its replies). The kernel lacking memory for a write is not an error: it waits.
 /// - The descriptor is closed exactly once, after its watch is cancelled and every handler
 ///   has run, however many times and from wherever `close()` is called.
 ///
@@ -33,12 +34,8 @@ import Glibc
 /// | stream, CPU per packet | 2.6 to 2.8 us    | 1.7 to 1.8 us               |
 /// | ping-pong, per packet  | 24 to 37 us wall | 6 to 7 us wall              |
 ///
-/// Handing the work on to a queue costs the same hop for both, so speed did not decide it;
-/// Dispatch sources were first chosen for needing no C module. They were replaced because
-/// libdispatch's epoll backend crashes under source churn (see `DescriptorWatch`). What the
-/// notify path lost was hops per value (reader queue, then the cooperative pool, then back),
-/// not the readiness mechanism: batched reads and quick methods answered on the connection's
-/// queue remove those.
+/// The hop to a queue costs both the same, so speed did not decide; Dispatch sources went
+/// because libdispatch's epoll backend crashes under source churn (see `DescriptorWatch`).
 public final class Channel: Sendable {
     /// What kind of socket: a byte stream, or packets kept whole (`SOCK_SEQPACKET`).
     public enum Mode: Sendable { case stream, packet }
@@ -67,6 +64,8 @@ public final class Channel: Sendable {
         public var refused: UInt64 = 0
         /// Times the read source fired (a wakeup that gathers a burst counts once).
         public var readWakeups: UInt64 = 0
+        /// Times a write waited because the kernel had no memory for it (`ENOBUFS`, `ENOMEM`).
+        public var memoryWaits: UInt64 = 0
     }
 
     /// The descriptor (owned by the channel; closed once both sources are done).
@@ -79,6 +78,7 @@ public final class Channel: Sendable {
     private let batchLimit: Int
     private let gather: Duration
     private let receivesDescriptors: Bool
+    private let sendFault: (@Sendable () -> Int32?)?
     private let watch: DescriptorWatch
     private let state = Mutex(State())
 
@@ -98,6 +98,9 @@ public final class Channel: Sendable {
         /// Bytes (stream) or packets (packet) waiting.
         var queued = 0
         var writeArmed = false
+        /// A write waits for the kernel's memory: the retry's delay (doubling while it lasts).
+        var memoryWait: Duration?
+        var lastMemoryDelay: Duration = .zero
         var readPaused = false
         var readEnded = false
         var closed = false
@@ -132,8 +135,11 @@ public final class Channel: Sendable {
     ///     blocks the channel's queue (its own thread when `queue` is nil).
     ///   - receivesDescriptors: keep descriptors the peer passes with its bytes (SCM_RIGHTS)
     ///     for `takeDescriptor`, up to `maxHeldDescriptors`; otherwise the kernel closes them.
+    ///   - sendFault: tests only: an errno a write fails with instead of writing (nil: write).
     public init(fd: Int32, mode: Mode, label: String, queue: DispatchQueue? = nil, outboxLimit: Int,
-                readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero, receivesDescriptors: Bool = false) {
+                readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero, receivesDescriptors: Bool = false,
+                sendFault: (@Sendable () -> Int32?)? = nil) {
+        self.sendFault = sendFault
         self.fd = fd
         self.mode = mode
         self.outboxLimit = outboxLimit
@@ -290,16 +296,20 @@ public final class Channel: Sendable {
                 switch drain(&s) {
                 case .empty: break
                 case .blocked: arm(&s)
+                case .noMemory: waitForMemory(&s)
                 case .failed(let e): failure = e
                 }
             }
             return .accepted
         }
-        if let failure { fail(failure) }
+        // The caller may hold a lock of its own that its `onEnd` takes (a stream writing to
+        // its client under its state's lock): the end is reported on the queue, never
+        // inside `send`. The descriptor is shut at once all the same.
+        if let failure { fail(failure, reportOnQueue: true) }
         return answer
     }
 
-    private enum Drained { case empty, blocked, failed(SystemError) }
+    private enum Drained { case empty, blocked, noMemory, failed(SystemError) }
 
     /// Writes what waits until the socket is full. Under the lock.
     private func drain(_ s: inout State) -> Drained {
@@ -307,17 +317,19 @@ public final class Channel: Sendable {
             let item = s.outbox[s.head]
             let n: Int?
             do {
+                if let errno = sendFault?() { throw SystemError(call: "send", code: errno) }
                 n = try item.bytes.withUnsafeBytes { raw in
                     let rest = UnsafeRawBufferPointer(rebasing: raw[item.offset...])
                     if !item.fds.isEmpty { return try DescriptorPassing.send(fd, rest, passing: item.fds) }
                     return try syscallAllowingAgain("send") { Glibc.send(fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL)) }
                 }
             } catch let e as SystemError {
-                return .failed(e)
+                return e.code == ENOBUFS || e.code == ENOMEM ? .noMemory : .failed(e)
             } catch {
                 return .failed(SystemError(call: "send", code: EIO))
             }
             guard let n else { return .blocked }
+            s.lastMemoryDelay = .zero
             if !item.fds.isEmpty {
                 // The peer has its copies now.
                 for d in item.fds { closeQuietly(d) }
@@ -344,13 +356,37 @@ public final class Channel: Sendable {
         watch.want(write: true)
     }
 
-    /// Writes what waits (the socket takes more). On the queue.
-    private func flush() {
+    /// The kernel had no memory for a write (`ENOBUFS`: a large packet needs a contiguous
+    /// buffer, which a fragmented board may lack for a moment): not the socket's end, so the
+    /// item waits and is tried again after 5 ms, doubling to 640 ms while it lasts. Nothing
+    /// signals that memory came back, and the socket still reads as writable, so the write
+    /// watch is off meanwhile (it would spin). Under the lock.
+    private func waitForMemory(_ s: inout State) {
+        s.counts.memoryWaits += 1
+        guard s.memoryWait == nil else { return }
+        let delay = s.lastMemoryDelay == .zero ? .milliseconds(5) : min(s.lastMemoryDelay * 2, .milliseconds(640))
+        s.memoryWait = delay
+        s.lastMemoryDelay = delay
+        s.writeArmed = true
+        watch.want(write: false)
+        queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
+            guard let self else { return }
+            self.state.withLock { $0.memoryWait = nil }
+            self.flush(afterMemoryWait: true)
+        }
+    }
+
+    /// Writes what waits (the socket takes more, or memory may have come back). On the queue.
+    private func flush(afterMemoryWait: Bool = false) {
         var failure: SystemError?
         let (room, flushed) = state.withLock { s -> ([@Sendable (Bool) -> Void], [@Sendable () -> Void]) in
-            guard !s.closed, s.writeArmed else { return ([], []) }
+            guard !s.closed, s.writeArmed, s.memoryWait == nil else { return ([], []) }
             switch drain(&s) {
-            case .blocked: break
+            case .blocked:
+                // The watch was off while memory was waited for.
+                if afterMemoryWait { watch.want(write: true) }
+            case .noMemory:
+                waitForMemory(&s)
             case .failed(let e): failure = e
             case .empty:
                 s.writeArmed = false
@@ -515,15 +551,18 @@ public final class Channel: Sendable {
         report?(.peerClosed)
     }
 
-    /// A write or read failed: report once, then close.
-    private func fail(_ e: SystemError) {
+    /// A write or read failed: close, then report once (on the queue: at once when this runs
+    /// there, or later when `reportOnQueue`, for a failure met inside a caller's `send`).
+    private func fail(_ e: SystemError, reportOnQueue: Bool = false) {
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
             if s.ended || s.closed { return nil }
             s.ended = true
             return s.onEnd
         }
         close()
-        report?(e.code == EPIPE || e.code == ECONNRESET ? .peerClosed : .failed(e))
+        guard let report else { return }
+        let end: End = e.code == EPIPE || e.code == ECONNRESET ? .peerClosed : .failed(e)
+        if reportOnQueue { queue.async { report(end) } } else { report(end) }
     }
 
     // MARK: Closing

@@ -445,7 +445,11 @@ extension PeerCapabilityTests {
         // A failure names the step and the message, with both daemons' last words: a socket
         // the daemon closed (EPIPE) says the daemon ended the stream, and its log says why.
         @Sendable func failed(_ step: String, _ index: Int, _ error: any Error) -> TestSupportError {
-            TestSupportError("\(step), message \(index): \(error)\n--- a's log:\n\(a.log.suffix(3000))\n--- b's log:\n\(b.log.suffix(3000))")
+            // The daemon logs a stream's end (with its reason) just after it shuts the socket:
+            // give it a moment to, so that the failure says why.
+            let deadline = Date().addingTimeInterval(5)
+            while Date() < deadline, !a.log.contains("message stream ended"), !b.log.contains("message stream ended") { usleep(20_000) }
+            return TestSupportError("\(step), message \(index): \(error)\n--- a's log:\n\(a.log.suffix(3000))\n--- b's log:\n\(b.log.suffix(3000))")
         }
         async let echo = onThread { () -> Int in
             var n = 0

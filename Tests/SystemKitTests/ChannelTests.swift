@@ -253,6 +253,70 @@ import Glibc
         #expect(seen.ends.withLock { $0 } == [.peerClosed], "once")
     }
 
+    /// A write that fails inside `send` (a packet larger than the socket's send buffer:
+    /// `EMSGSIZE`) shuts the socket at once and reports the end on the channel's queue, after
+    /// `send` returned: a caller that sends under a lock of its own which its `onEnd` takes (a
+    /// message stream writing to its client) would otherwise deadlock on itself.
+    @Test func aWriteFailingInsideSendIsReportedOnTheQueue() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        var size: Int32 = 4096
+        _ = setsockopt(ours, SOL_SOCKET, SO_SNDBUF, &size, 4)
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1)
+        defer { c.close() }
+        let key = DispatchSpecificKey<Bool>()
+        c.queue.setSpecific(key: key, value: true)
+        // The caller's own state, locked while it sends and taken again by its `onEnd`.
+        let callerState = Mutex(0)
+        let reported = Mutex<[(end: Channel.End, onQueue: Bool)]>([])
+        let signal = Signal()
+        c.start(onInput: { _ in }, onEnd: { end in
+            let onQueue = DispatchQueue.getSpecific(key: key) == true
+            callerState.withLock { $0 += 1 }
+            reported.withLock { $0.append((end, onQueue)) }
+            signal.fire()
+        })
+        callerState.withLock { _ in _ = c.send([UInt8](repeating: 7, count: 100_000)) }
+        #expect(c.isClosed, "shut at once")
+        #expect(try Self.receive(theirs) == [], "the peer sees the end")
+        #expect(await signal.wait { !reported.withLock { $0 }.isEmpty })
+        let r = reported.withLock { $0 }
+        #expect(r.count == 1 && r[0].onQueue)
+        if case .failed(let e) = r.first?.end { #expect(e.code == EMSGSIZE) } else { Issue.record("not reported as a failure: \(r)") }
+    }
+
+    /// The kernel without memory for a packet (`ENOBUFS`, here made by the test: a real one
+    /// needs a fragmented machine) is not the end: the packet waits and is written once
+    /// memory is back (tried again after 5, 10, 20 ms), the packets sent meanwhile after it,
+    /// in order; nothing is reported and the channel stays open.
+    @Test(arguments: [ENOBUFS, ENOMEM])
+    func aWriteWithoutKernelMemoryWaitsAndLosesNothing(errno: Int32) async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let faults = Mutex(3)
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 8, sendFault: {
+            faults.withLock { n in
+                guard n > 0 else { return nil }
+                n -= 1
+                return errno
+            }
+        })
+        defer { c.close() }
+        let seen = Seen()
+        seen.start(c)
+        #expect(c.send([1]) == .accepted)
+        #expect(c.send([2, 2]) == .accepted)
+        #expect(c.send([3, 3, 3]) == .accepted)
+        #expect(try Self.receive(theirs) == [1])
+        #expect(try Self.receive(theirs) == [2, 2])
+        #expect(try Self.receive(theirs) == [3, 3, 3])
+        #expect(c.counts.memoryWaits == 3, "one try per wait, not a spin")
+        #expect(c.counts.written == 3)
+        #expect(!c.isClosed && seen.ends.withLock { $0 }.isEmpty)
+        #expect(c.send([4]) == .accepted)
+        #expect(try Self.receive(theirs) == [4])
+    }
+
     /// Closing while a write waits for room ends the wait with false; so does a later wait.
     @Test func closeWhileAWriteWaits() async throws {
         let (ours, theirs) = try Self.pair(Self.packet)
