@@ -158,8 +158,10 @@ final class PeerMessageStream: Sendable {
                 failure = error
             }
             sent(batch, fitting.count, failure: failure)
-            // Not after the end: the socket only waits to be flushed and closed.
-            if !state.withLock({ $0.ended }) { channel.resumeReading() }
+            // Not after the end: the socket only waits to be flushed and closed. Under the
+            // lock `finish` marks the end with, so an end between the check and the resume
+            // cannot be undone by it (finish's pause would find reading paused already).
+            state.withLock { s in if !s.ended { channel.resumeReading() } }
         }
     }
 

@@ -206,9 +206,12 @@ public final class PeerConnection: Sendable {
     }
 
     /// Waits until the lanes would take a message of `bytes` (true), or the connection is
-    /// closed (false).
-    public func room(for bytes: Int) async -> Bool {
-        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+    /// closed (false). Its cost in the lanes is counted with its fragments' headers, as
+    /// `send` counts it: on the bare size a waiter woke while the message still did not fit,
+    /// and its sender spun between `busy` and this.
+    public func room(for message: Int) async -> Bool {
+        let bytes = SendScheduler.cost(ofMessage: message)
+        return await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
             let now = state.withLock { s -> Bool? in
                 if s.closed { return false }
                 if s.scheduler.canAccept(byteCount: bytes) { return true }

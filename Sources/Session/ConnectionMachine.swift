@@ -68,10 +68,8 @@ public struct ConnectionMachine: Sendable {
         case .frame(let f): received(f, now, &out)
         case .decodeFailed(let e): fail(.protocolError, e.description, now, &out)
         case .tlsEstablished(let id, let code): tlsEstablished(id, code, now, &out)
-        case .tlsFailed(let why):
-            if state == .securing { fail(.tlsFailed, why, now, &out) }
-        case .certificateMismatch(let why):
-            if state == .securing { fail(.identityMismatch, why, now, &out) }
+        case .tlsFailed(let why): tlsBroke(.tlsFailed, why, &out)
+        case .certificateMismatch(let why): tlsBroke(.identityMismatch, why, &out)
         case .transportClosed: transportClosed(&out)
         case .invite(let context, let timeout): invite(context, timeout, now, &out)
         case .accept: answer(nil, now, &out)
@@ -354,13 +352,21 @@ public struct ConnectionMachine: Sendable {
     }
 
     /// Sends a reliable message through `scheduler` in one step: checks the state, the size
-    /// and the scheduler's room first, so a `busy` answer leaves no gap in the message ids.
+    /// and the scheduler's room (for the message with its fragments' headers) first, so a
+    /// `busy` answer leaves no gap in the message ids: the peer closes a session whose ids
+    /// skip one (`protocol-error`). Room was once checked on the bare size, and a message
+    /// within a few headers of the bound took an id and was then refused.
     public mutating func send(message: [UInt8], into scheduler: inout SendScheduler) -> SendResult {
         guard state == .connected else { return .refused("not allowed \(Self.describe(state))") }
         guard message.count <= Wire.maxMessage else { return .refused("the message is \(message.count) bytes, at most \(Wire.maxMessage)") }
-        guard scheduler.canAccept(byteCount: message.count) else { return .busy }
+        guard scheduler.canAccept(byteCount: SendScheduler.cost(ofMessage: message.count)) else { return .busy }
+        let before = fragmenter
         guard let frames = try? fragmenter.fragments(of: message) else { return .refused("the message is too large") }
-        return scheduler.enqueue(frames) == .queued ? .queued : .busy
+        guard scheduler.enqueue(frames) == .queued else {
+            fragmenter = before  // the id is not used: the next message takes it
+            return .busy
+        }
+        return .queued
     }
 
     /// Sends an unreliable datagram through `scheduler`.
@@ -451,6 +457,22 @@ public struct ConnectionMachine: Sendable {
             out.append(.send(.close(reason, text: Self.clip(text, to: Wire.maxCloseText))))
             out.append(.emit(.disconnected(reason, detail: text, byPeer: byPeer)))
             enterClosing(reason, now)
+        }
+    }
+
+    /// TLS failed (in the handshake, or a bad record or an alert later): nothing more can be
+    /// read or sent on the connection, not even a CLOSE, so it is closed now with the reason.
+    /// (Once only acted on while securing: a session whose TLS broke later read nothing
+    /// until the peer was found lost, seconds later, on both sides.)
+    private mutating func tlsBroke(_ reason: Reason, _ why: String, _ out: inout [ConnectionAction]) {
+        switch state {
+        case .closed: return
+        case .closing: finish(&out)
+        default:
+            out.append(.emit(.disconnected(reason, detail: why, byPeer: false)))
+            state = .closed(reason)
+            stateDeadline = nil
+            out.append(.closeTransport(reason))
         }
     }
 

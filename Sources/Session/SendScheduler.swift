@@ -203,6 +203,16 @@ public struct SendScheduler: Sendable {
         return taken(f)
     }
 
+    /// What a reliable message of `count` bytes costs in the queue: the sum of `size` over
+    /// its fragments (`MessageFragmenter.fragments(of:)`), each a header, a message id and
+    /// up to `Wire.maxFragmentData` bytes. Room is asked for this, never the bare size: a
+    /// message within a few headers of the bound would pass a check on its size and then be
+    /// refused by `enqueue`.
+    public static func cost(ofMessage count: Int) -> Int {
+        let fragments = max(1, (count + Wire.maxFragmentData - 1) / Wire.maxFragmentData)
+        return count + fragments * (Wire.headerSize + 4)
+    }
+
     /// A frame's cost in the queue: its header and its payload (approximately, for the
     /// fields' own overhead: close enough for a memory bound).
     static func size(_ f: Frame) -> Int {

@@ -402,9 +402,13 @@ extension PeerCapabilityTests {
             _ = try aWatch.nextEvent("peer.connected")
         }
 
+        /// Stops both; each must exit cleanly (a crash, whose report comes after a test's
+        /// failure is written, is shown with its log).
         func stop() {
-            a.stop()
-            b.stop()
+            for (name, d) in [("a", a), ("b", b)] {
+                let (status, log) = d.stopReadingLog()
+                #expect(status == 0, "\(name) exited with \(status):\n\(log.suffix(4000))")
+            }
         }
     }
 

@@ -153,6 +153,19 @@ import Testing
         #expect(actions.contains(.send(.close(.protocolError, text: e.description))))
     }
 
+    /// TLS failing once the session is up (a bad record, the peer's alert) ends it at once
+    /// with the reason: no CLOSE can go through a broken TLS stream, and waiting for the peer
+    /// to be found lost took seconds.
+    @Test func tlsFailingInASessionEndsItAtOnce() {
+        var c = Self.connected(.dialer)
+        let actions = c.handle(.tlsFailed("bad record mac"), now: Self.t0)
+        #expect(actions.contains(.emit(.disconnected(.tlsFailed, detail: "bad record mac", byPeer: false))))
+        #expect(actions.contains(.closeTransport(.tlsFailed)))
+        #expect(!actions.contains { if case .send = $0 { true } else { false } }, "nothing sent through the broken TLS")
+        #expect(c.state == .closed(.tlsFailed))
+        #expect(c.handle(.tlsFailed("again"), now: Self.t0).isEmpty, "once")
+    }
+
     @Test func aCertificateTheHELLODidNotAnnounceIsAnIdentityMismatch() {
         // TLS's pin (the HELLO's claim) refused the certificate: reported as identity-mismatch.
         var m = ConnectionMachine(config: ConnectionConfig(localID: Self.me, displayName: "me", encryption: .required), role: .listener)

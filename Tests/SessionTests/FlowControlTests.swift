@@ -255,6 +255,35 @@ import Testing
         #expect(ready.send(message: [1], into: &scheduler) == .refused("not allowed before the invitation"))
     }
 
+    /// A message within its fragments' headers of the bound: room is checked for what it
+    /// costs queued, so it is `busy` before it takes an id, and the next message the lanes
+    /// take gets the id it would have had. (Checked on the bare size, each of these took an
+    /// id and was then refused: the peer saw the ids skip and closed the session.)
+    @Test func aMessageJustOverTheBoundIsBusyWithoutTakingAnID() {
+        var dialer = ConnectionRulesTests.connected(.dialer)
+        var scheduler = SendScheduler(maxQueuedBytes: 100_000)
+        // Two fragments: 90,000 bytes and two headers of 16.
+        #expect(dialer.send(message: [UInt8](repeating: 1, count: 90_000), into: &scheduler) == .queued)
+        #expect(scheduler.queuedBytes == 90_032)
+        for size in 9_953...9_984 {
+            #expect(dialer.send(message: [UInt8](repeating: 2, count: size), into: &scheduler) == .busy, "\(size) bytes cost \(size + 16)")
+        }
+        #expect(dialer.send(message: [UInt8](repeating: 3, count: 9_952), into: &scheduler) == .queued, "exactly the bound")
+        var ids: [UInt32] = []
+        while let f = dialer.nextFrame(from: &scheduler) { if case .message(let m) = f { ids.append(m.messageID) } }
+        #expect(ids == [1, 1, 2])
+    }
+
+    /// `cost(ofMessage:)` is what the message's fragments cost queued, at every fragment
+    /// boundary.
+    @Test(arguments: [0, 1, Wire.maxFragmentData - 1, Wire.maxFragmentData, Wire.maxFragmentData + 1,
+                      3 * Wire.maxFragmentData, 3 * Wire.maxFragmentData + 7, Wire.maxMessage])
+    func aMessagesCostIsItsFragmentsCost(size: Int) throws {
+        var fragmenter = MessageFragmenter()
+        let frames = try fragmenter.fragments(of: [UInt8](repeating: 0, count: size))
+        #expect(SendScheduler.cost(ofMessage: size) == frames.reduce(0) { $0 + SendScheduler.size($1) })
+    }
+
     @Test func aSenderStallsWithoutCredit() {
         var dialer = ConnectionRulesTests.connected(.dialer)
         var scheduler = SendScheduler()
