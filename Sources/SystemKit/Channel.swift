@@ -302,10 +302,11 @@ public final class Channel: Sendable {
             }
             return .accepted
         }
-        // The caller may hold a lock of its own that its `onEnd` takes (a stream writing to
-        // its client under its state's lock): the end is reported on the queue, never
-        // inside `send`. The descriptor is shut at once all the same.
-        if let failure { fail(failure, reportOnQueue: true) }
+        // The caller may hold a lock of its own that its handlers take (a stream writing to
+        // its client under its state's lock, whose `onEnd` and room waiter lock it again):
+        // the close, which runs waiters, and the report happen on the queue, never inside
+        // `send`.
+        if let failure { fail(failure, fromSend: true) }
         return answer
     }
 
@@ -551,18 +552,24 @@ public final class Channel: Sendable {
         report?(.peerClosed)
     }
 
-    /// A write or read failed: close, then report once (on the queue: at once when this runs
-    /// there, or later when `reportOnQueue`, for a failure met inside a caller's `send`).
-    private func fail(_ e: SystemError, reportOnQueue: Bool = false) {
+    /// A write or read failed: close, then report once. On the queue (at once when this
+    /// runs there; later, `fromSend`, for a failure met inside a caller's `send`).
+    private func fail(_ e: SystemError, fromSend: Bool = false) {
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
             if s.ended || s.closed { return nil }
             s.ended = true
             return s.onEnd
         }
-        close()
-        guard let report else { return }
         let end: End = e.code == EPIPE || e.code == ECONNRESET ? .peerClosed : .failed(e)
-        if reportOnQueue { queue.async { report(end) } } else { report(end) }
+        if fromSend {
+            queue.async { [self] in
+                close()
+                report?(end)
+            }
+        } else {
+            close()
+            report?(end)
+        }
     }
 
     // MARK: Closing

@@ -254,9 +254,10 @@ import Glibc
     }
 
     /// A write that fails inside `send` (a packet larger than the socket's send buffer:
-    /// `EMSGSIZE`) shuts the socket at once and reports the end on the channel's queue, after
-    /// `send` returned: a caller that sends under a lock of its own which its `onEnd` takes (a
-    /// message stream writing to its client) would otherwise deadlock on itself.
+    /// `EMSGSIZE`) is closed and reported on the channel's queue, after `send` returned: a
+    /// caller that sends under a lock of its own which its `onEnd` (or a room waiter, which
+    /// the close wakes) takes again, as a message stream writing to its client does, would
+    /// otherwise lock it twice (a crash: "Recursive call to lock Mutex").
     @Test func aWriteFailingInsideSendIsReportedOnTheQueue() async throws {
         let (ours, theirs) = try Self.pair(Self.packet)
         defer { closeQuietly(theirs) }
@@ -277,9 +278,9 @@ import Glibc
             signal.fire()
         })
         callerState.withLock { _ in _ = c.send([UInt8](repeating: 7, count: 100_000)) }
-        #expect(c.isClosed, "shut at once")
-        #expect(try Self.receive(theirs) == [], "the peer sees the end")
         #expect(await signal.wait { !reported.withLock { $0 }.isEmpty })
+        #expect(c.isClosed)
+        #expect(try Self.receive(theirs) == [], "the peer sees the end")
         let r = reported.withLock { $0 }
         #expect(r.count == 1 && r[0].onQueue)
         if case .failed(let e) = r.first?.end { #expect(e.code == EMSGSIZE) } else { Issue.record("not reported as a failure: \(r)") }
