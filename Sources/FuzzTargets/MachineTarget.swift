@@ -2,7 +2,10 @@ import Session
 
 /// The session state machine (`ConnectionMachine`) driven by a program read from the input:
 /// frames the peer could send (well-formed ones aimed at the handshake and invitation, and
-/// whatever the frame decoder makes of raw bytes), local commands, TLS outcomes and time.
+/// whatever the frame decoder makes of raw bytes), local commands, TLS outcomes and time,
+/// and messages and datagrams sent as the daemon sends them (`send(message:into:)` and
+/// `send(datagram:into:)` through a bounded `SendScheduler`, whose frames go out within
+/// credit).
 ///
 /// Frames are built, not only decoded, because a peer that gets past HELLO must name a
 /// matching role, versions and peer ID; random bytes would almost never get there, and the
@@ -33,11 +36,26 @@ enum MachineTarget {
         var disconnects = 0
         var transportCloses = 0
 
+        // Small, so that `busy` comes up.
+        var scheduler = SendScheduler(maxQueuedBytes: 200_000, maxUnreliableFrames: 4)
+
         var steps = 0
         while !reader.isAtEnd && steps < 256 {
             steps += 1
-            let input = nextInput(&reader, role: role, now: &now)
             let before = machine
+            let op = reader.byte()
+            if op >> 3 == 9 || op >> 3 == 10 {
+                // A message or a datagram: refused when closed (nothing queued), and every
+                // frame the scheduler then gives encodes and decodes back to itself.
+                let bytes = reader.shortBlob()
+                let result = op >> 3 == 9 ? machine.send(message: bytes, into: &scheduler) : machine.send(datagram: bytes, into: &scheduler)
+                if case .closed = before.state {
+                    guard case .refused = result else { throw PropertyViolation("a closed machine answered \(result) to a send") }
+                }
+                while let frame = machine.nextFrame(from: &scheduler) { try checkRoundTrip(frame) }
+                continue
+            }
+            let input = nextInput(op, &reader, role: role, now: &now)
             let actions = machine.handle(input, now: now)
 
             for action in actions {
@@ -94,8 +112,8 @@ enum MachineTarget {
 
     /// The next input: one opcode byte, then its operands. Every opcode advances the clock a
     /// little, so deadlines come due in long programs even without explicit ticks.
-    private static func nextInput(_ r: inout ByteReader, role: Role, now: inout ContinuousClock.Instant) -> ConnectionInput {
-        let input = builtInput(&r, role: role, now: &now)
+    private static func nextInput(_ op: UInt8, _ r: inout ByteReader, role: Role, now: inout ContinuousClock.Instant) -> ConnectionInput {
+        let input = builtInput(op, &r, role: role, now: &now)
         // A built frame the wire could not carry (a bound broken) is not something a peer
         // can send: it goes through the encoder and decoder, and is dropped if they refuse it.
         guard case .frame(let frame) = input else { return input }
@@ -103,8 +121,7 @@ enum MachineTarget {
         return decodedFrame(bytes)
     }
 
-    private static func builtInput(_ r: inout ByteReader, role: Role, now: inout ContinuousClock.Instant) -> ConnectionInput {
-        let op = r.byte()
+    private static func builtInput(_ op: UInt8, _ r: inout ByteReader, role: Role, now: inout ContinuousClock.Instant) -> ConnectionInput {
         now += .milliseconds(Int(op & 0x07) * 50)
         switch op >> 3 {
         case 0: return .start
@@ -126,8 +143,6 @@ enum MachineTarget {
         case 6: return .invite(context: r.shortBlob(), timeout: .milliseconds(Int(r.uint16()) * 16))
         case 7: return .accept
         case 8: return .decline(Reason(rawValue: UInt16(r.byte())))
-        case 9: return .sendMessage(r.shortBlob())
-        case 10: return .sendUnreliable(r.shortBlob())
         case 11: return .close(Reason(rawValue: UInt16(r.byte())), text: String(decoding: r.shortBlob(), as: UTF8.self))
         case 12: return .consumed(streamID: UInt32(r.byte() & 3), bytes: Int(r.uint32() >> 8))
         case 13:

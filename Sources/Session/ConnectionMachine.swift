@@ -74,15 +74,6 @@ public struct ConnectionMachine: Sendable {
         case .invite(let context, let timeout): invite(context, timeout, now, &out)
         case .accept: answer(nil, now, &out)
         case .decline(let reason): answer(reason == .normal ? .declined : reason, now, &out)
-        case .sendMessage(let bytes): sendMessage(bytes, &out)
-        case .sendUnreliable(let bytes):
-            if state != .connected {
-                refuse("send", &out)
-            } else if bytes.count > Wire.maxPayload {
-                out.append(.emit(.refused(command: "send", why: "an unreliable datagram is at most \(Wire.maxPayload) bytes, got \(bytes.count)")))
-            } else {
-                out.append(.send(.unreliable(bytes)))
-            }
         case .close(let reason, let text): close(reason, text, byPeer: false, now, &out)
         case .consumed(let id, let bytes):
             if state == .connected, bytes > 0, let credit = receiveCredit.consumed(bytes, on: id) { out.append(.send(credit)) }
@@ -377,16 +368,6 @@ public struct ConnectionMachine: Sendable {
         case .queued: return .queued
         case .dropped: return .dropped
         case .busy: return .busy
-        }
-    }
-
-    private mutating func sendMessage(_ bytes: [UInt8], _ out: inout [ConnectionAction]) {
-        guard state == .connected else { return refuse("send", &out) }
-        do {
-            for f in try fragmenter.fragments(of: bytes) { out.append(.send(f)) }
-        } catch {
-            guard case .tooLarge(let size, let limit) = error else { return }
-            out.append(.emit(.refused(command: "send", why: "the message is \(size) bytes, at most \(limit)")))
         }
     }
 

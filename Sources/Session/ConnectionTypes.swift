@@ -84,10 +84,6 @@ public enum ConnectionInput: Sendable, Hashable {
     case accept
     /// Listener: the user (or the peer table) declines, with a reason.
     case decline(Reason)
-    /// Send a reliable message.
-    case sendMessage([UInt8])
-    /// Send an unreliable datagram.
-    case sendUnreliable([UInt8])
     /// Close the session.
     case close(Reason, text: String)
     /// The application consumed this many bytes of a resource or stream (its id): returns

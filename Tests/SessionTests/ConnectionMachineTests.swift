@@ -216,9 +216,9 @@ import Testing
         var link = MachineLink()
         link.connect()
         let big = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        link.feed(.dialer, .sendMessage(big))
-        link.feed(.dialer, .sendMessage([]))
-        link.feed(.listener, .sendUnreliable([9]))
+        link.send(.dialer, message: big)
+        link.send(.dialer, message: [])
+        link.send(.listener, datagram: [9])
         link.pump()
         let fragments = (link.sent[.dialer] ?? []).filter { $0.type == .message }
         #expect(fragments.count == 5)  // 65,532 × 3 + 3,404, then the empty message

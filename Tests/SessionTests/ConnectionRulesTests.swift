@@ -199,11 +199,13 @@ import Testing
     @Test func commandsOutOfPlaceAreRefusedNotObeyed() {
         var m = Self.ready(.listener)
         #expect(m.handle(.accept, now: Self.t0) == [.emit(.refused(command: "accept", why: "not allowed before the invitation"))])
-        #expect(m.handle(.sendMessage([1]), now: Self.t0) == [.emit(.refused(command: "send", why: "not allowed before the invitation"))])
+        var scheduler = SendScheduler()
+        #expect(m.send(message: [1], into: &scheduler) == .refused("not allowed before the invitation"))
+        #expect(m.send(datagram: [1], into: &scheduler) == .refused("not allowed before the invitation"))
         #expect(m.handle(.invite(context: [], timeout: .seconds(1)), now: Self.t0).first == .emit(.refused(command: "invite", why: "not allowed before the invitation")))
         var d = Self.connected(.dialer)
-        #expect(d.handle(.sendMessage([UInt8](repeating: 0, count: Wire.maxMessage + 1)), now: Self.t0)
-                == [.emit(.refused(command: "send", why: "the message is 16777217 bytes, at most 16777216"))])
-        #expect(m.state == .ready && d.state == .connected)
+        #expect(d.send(message: [UInt8](repeating: 0, count: Wire.maxMessage + 1), into: &scheduler) == .refused("the message is 16777217 bytes, at most 16777216"))
+        #expect(d.send(datagram: [UInt8](repeating: 0, count: Wire.maxPayload + 1), into: &scheduler) == .refused("a datagram is at most 65536 bytes, got 65537"))
+        #expect(m.state == .ready && d.state == .connected && scheduler.queuedBytes == 0)
     }
 }

@@ -149,6 +149,20 @@ struct MachineLink {
         return actions
     }
 
+    /// Sends a message or a datagram as the daemon does (`send(message:into:)` through a
+    /// scheduler), and its frames that the peer's windows allow now.
+    mutating func send(_ side: Side, message: [UInt8]? = nil, datagram: [UInt8]? = nil) {
+        guard var m = machines[side] else { return }
+        var scheduler = SendScheduler()
+        let result = message.map { m.send(message: $0, into: &scheduler) } ?? datagram.map { m.send(datagram: $0, into: &scheduler) }
+        precondition(result == .queued, "not queued: \(String(describing: result))")
+        while let f = m.nextFrame(from: &scheduler) {
+            sent[side, default: []].append(f)
+            if transportClosed[side] != true { inbox[Self.other(side), default: []] += (try? FrameEncoder.encode(f)) ?? [] }
+        }
+        machines[side] = m
+    }
+
     /// Delivers bytes both ways, and finishes the fake TLS, until nothing moves.
     mutating func pump() {
         var moved = true

@@ -206,8 +206,7 @@ import Testing
         var listener = ConnectionRulesTests.connected(.listener)
         var scheduler = SendScheduler()
         let message = (0..<(3 * 1_048_576)).map { UInt8(truncatingIfNeeded: $0 / 3) }
-        #expect(scheduler.canAccept(byteCount: message.count))
-        for case .send(let f) in dialer.handle(.sendMessage(message), now: Self.t0) { _ = scheduler.enqueue(f) }
+        #expect(dialer.send(message: message, into: &scheduler) == .queued)
         var delivered: [[UInt8]] = []
         var rounds = 0
         var credits = 0
@@ -287,7 +286,7 @@ import Testing
     @Test func aSenderStallsWithoutCredit() {
         var dialer = ConnectionRulesTests.connected(.dialer)
         var scheduler = SendScheduler()
-        for case .send(let f) in dialer.handle(.sendMessage([UInt8](repeating: 0, count: 1_048_576)), now: Self.t0) { _ = scheduler.enqueue(f) }
+        #expect(dialer.send(message: [UInt8](repeating: 0, count: 1_048_576), into: &scheduler) == .queued)
         var sent = 0
         while let f = dialer.nextFrame(from: &scheduler) { sent += f.flowControlledBytes }
         // Four fragments of 65,536 payload bytes fill the 256 KiB window of stream 0.
