@@ -327,5 +327,27 @@ import Testing
         #expect(b.count { if case .reconnecting = $0 { true } else { false } } == 1)
     }
 
+    /// A TLS record damaged on the way once the session is up: the receiving side's TLS
+    /// refuses it and the session ends at once with `tls-failed` on both sides (the other
+    /// reads the alert), not seconds later as a peer gone silent (pings every minute here,
+    /// so only TLS can end it within the wait).
+    @Test func aDamagedTLSRecordEndsTheSessionWithTheReason() async throws {
+        let a = try Node("tls-a", ping: .seconds(60)), b = try Node("tls-b", ping: .seconds(60))
+        let relay = try TCPRelay(to: a.node.port)
+        defer { relay.close() }
+        _ = try await b.node.connect(to: try HostPort("127.0.0.1:\(relay.port)"))
+        #expect(await a.wait("connected", Self.isConnected) != nil)
+        relay.corruptNextChunk()
+        _ = try await b.node.send(Array("through a damaged record".utf8), to: [a.node.peerID], reliable: true)
+        for (name, n) in [("a", a), ("b", b)] {
+            let e = await n.wait("disconnected", Self.isDisconnectedSession)
+            guard case .disconnected(let d)? = e else { Issue.record("\(name): the session did not end"); continue }
+            #expect(d.reason == .tlsFailed, "\(name): \(d.reason): \(d.detail)")
+        }
+        #expect(a.count { if case .message = $0 { true } else { false } } == 0, "nothing from the damaged record delivered")
+        a.node.stop()
+        b.node.stop()
+    }
+
     static func isDisconnectedSession(_ e: PeerEvent) -> Bool { if case .disconnected(let d) = e { d.wasConnected } else { false } }
 }

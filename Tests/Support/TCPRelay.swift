@@ -15,6 +15,8 @@ public final class TCPRelay: Sendable {
     private let target: UInt16
     private let pairs = Mutex<[(Int32, Int32)]>([])
     private let closed = Mutex(false)
+    /// Flip a byte in the next chunk from the connecting side (`corruptNextChunk`).
+    private let corruptNext = Mutex(false)
 
     /// A relay to 127.0.0.1:`target`.
     public init(to target: UInt16) throws {
@@ -51,6 +53,10 @@ public final class TCPRelay: Sendable {
         }
     }
 
+    /// Flips one byte in the middle of the next chunk the connecting side sends (a TLS
+    /// record damaged on the way, which TLS must refuse).
+    public func corruptNextChunk() { corruptNext.withLock { $0 = true } }
+
     /// How many pairs are joined now.
     public var pairCount: Int { pairs.withLock { $0.count } }
 
@@ -78,8 +84,9 @@ public final class TCPRelay: Sendable {
             pairs.withLock { $0.append((inbound, outbound)) }
             let done = Mutex(0)
             for (from, to) in [(inbound, outbound), (outbound, inbound)] {
+                let corruptible = from == inbound
                 Thread {
-                    Self.copy(from, to)
+                    self.copy(from, to, corruptible: corruptible)
                     // The second direction to finish closes both descriptors.
                     if done.withLock({ n in n += 1; return n }) == 2 {
                         self.pairs.withLock { list in
@@ -93,12 +100,13 @@ public final class TCPRelay: Sendable {
         }
     }
 
-    private static func copy(_ from: Int32, _ to: Int32) {
+    private func copy(_ from: Int32, _ to: Int32, corruptible: Bool) {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, $0.count, 0) }
             if n < 0, errno == EINTR { continue }
             guard n > 0 else { break }
+            if corruptible, corruptNext.withLock({ c in defer { c = false }; return c }) { buffer[n / 2] ^= 0xFF }
             var sent = 0
             while sent < n {
                 let m = buffer.withUnsafeBytes { send(to, $0.baseAddress! + sent, n - sent, Int32(MSG_NOSIGNAL)) }
