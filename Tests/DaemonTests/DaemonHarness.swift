@@ -1,8 +1,10 @@
 import Control
 import Daemon
 import Foundation
+import Synchronization
 import SystemKit
 import TestSupport
+import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,6 +22,7 @@ final class DaemonHarness: Sendable {
     let socketPath: String
     let logPath: String
     private let child: ChildProcess
+    private let crashReported = Mutex(false)
 
     init(busAddress: String, maxClients: Int = 256, maxRequestBytes: Int = 1_048_576, requestTimeout: Double = 30,
          adapter: String? = nil, extraConfig: String = "", environment: [String: String] = [:]) async throws {
@@ -85,15 +88,28 @@ final class DaemonHarness: Sendable {
     func stopReadingLog() -> (status: Int32, log: String) {
         let st = ChildProcess.exitCode(child.stop())
         let text = log
+        reportCrash(st, text)
         try? FileManager.default.removeItem(atPath: directory)
         return (st, text)
     }
 
     @discardableResult
-    func stop() -> Int32 {
-        let st = ChildProcess.exitCode(child.stop())
-        try? FileManager.default.removeItem(atPath: directory)
-        return st
+    func stop() -> Int32 { stopReadingLog().status }
+
+    /// Waits up to `timeout` seconds for the daemon to exit by itself: its exit code, or nil.
+    func waitForExit(timeout: Double) -> Int32? { child.wait(timeout: timeout).map(ChildProcess.exitCode) }
+
+    /// Signals a daemon dies of by itself (a Swift trap, an abort, a bad access): no test
+    /// expects one, so it is an issue of the test that stops it, with the daemon's log.
+    /// Its report reaches the log after the daemon's clients saw it go, which is too late
+    /// for a failure message written then (a test failed on a broken pipe with a log that
+    /// said nothing).
+    static let crashSignals: Set<Int32> = [SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV]
+
+    private func reportCrash(_ status: Int32, _ log: String) {
+        guard status > 128, Self.crashSignals.contains(status - 128),
+              crashReported.withLock({ r in defer { r = true }; return !r }) else { return }
+        Issue.record("peerlinkd crashed (exit \(status), signal \(status - 128)); its log:\n\(log.suffix(4000))")
     }
 
     deinit { stop() }
