@@ -72,24 +72,24 @@ public final class Channel: Sendable {
     public let fd: Int32
     /// The serial queue every handler runs on.
     public let queue: DispatchQueue
-    private let mode: Mode
-    private let outboxLimit: Int
+    let mode: Mode
+    let outboxLimit: Int
     private let readLimit: Int
     private let batchLimit: Int
     private let gather: Duration
     private let receivesDescriptors: Bool
-    private let sendFault: (@Sendable () -> Int32?)?
-    private let watch: DescriptorWatch
-    private let state = Mutex(State())
+    let sendFault: (@Sendable () -> Int32?)?
+    let watch: DescriptorWatch
+    let state = Mutex(State())
 
-    private struct Item {
+    struct Item {
         var bytes: [UInt8]
         var offset = 0
         /// Descriptors passed (SCM_RIGHTS) with the item's first byte; the channel's copies.
         var fds: [Int32] = []
     }
 
-    private struct State {
+    struct State {
         var onInput: (@Sendable ([[UInt8]]) -> Void)?
         var onEnd: (@Sendable (End) -> Void)?
         var started = false
@@ -98,8 +98,10 @@ public final class Channel: Sendable {
         /// Bytes (stream) or packets (packet) waiting.
         var queued = 0
         var writeArmed = false
-        /// A write waits for the kernel's memory: the retry's delay (doubling while it lasts).
-        var memoryWait: Duration?
+        /// A write waits for the kernel's memory (its retry is scheduled).
+        var waitingForMemory = false
+        /// The last wait's delay, doubled by the next while writes keep failing so; zero
+        /// once a write after a wait went through.
         var lastMemoryDelay: Duration = .zero
         var readPaused = false
         var readEnded = false
@@ -191,217 +193,6 @@ public final class Channel: Sendable {
     /// request is here by the time `onInput` hands that request on.
     public func takeDescriptor() -> Int32? {
         state.withLock { s in s.received.isEmpty ? nil : s.received.removeFirst() }
-    }
-
-    // MARK: Writing
-
-    /// Writes `bytes` (one packet in packet mode) after anything that waits, without blocking.
-    /// `passing`: descriptors that travel with the first byte (SCM_RIGHTS); when the answer is
-    /// `.accepted` the channel owns them (and closes them once sent, or at close); otherwise
-    /// the caller still does.
-    @discardableResult
-    public func send(_ bytes: [UInt8], passing: [Int32] = []) -> Offer {
-        offer([Item(bytes: bytes, fds: passing)], counting: true)
-    }
-
-    /// Writes all of `packets` in order, or nothing (`.full`, `.closed`): for a caller that
-    /// must not send part of a batch and wait for the rest. More packets than the bound are
-    /// always `.full` (send them one by one).
-    @discardableResult
-    public func send(contentsOf packets: [[UInt8]]) -> Offer {
-        offer(packets.map { Item(bytes: $0) }, counting: true)
-    }
-
-    /// Like `send`, but waits (without blocking a thread) while the outbox is full; false
-    /// when the channel is closed (before or while waiting).
-    public func write(_ bytes: [UInt8]) async -> Bool {
-        while true {
-            switch offer([Item(bytes: bytes)], counting: false) {
-            case .accepted: return true
-            case .closed: return false
-            case .full: if !(await room()) { return false }
-            }
-        }
-    }
-
-    /// Returns once the outbox has room (true) or the channel is closed (false).
-    public func room() async -> Bool {
-        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            whenRoom { c.resume(returning: $0) }
-        }
-    }
-
-    /// Whether the outbox has room now (what `whenRoom` waits for): a caller that must not
-    /// let anything wait in the outbox (it keeps its own priorities, as a peer connection's
-    /// lanes do) hands over one item only while this holds, with an `outboxLimit` of 1.
-    public var hasRoom: Bool { state.withLock { !$0.closed && $0.queued < outboxLimit } }
-
-    /// Calls `handler` once: true when the outbox has room (at once, on this thread, if it has
-    /// now), false when the channel is closed. In stream mode "room" is fewer than
-    /// `outboxLimit` bytes waiting: a larger item may still be refused (`.full`), so a caller
-    /// whose items may be large waits with `whenFlushed` (an empty outbox takes any item).
-    public func whenRoom(_ handler: @escaping @Sendable (Bool) -> Void) {
-        let now = state.withLock { s -> Bool? in
-            if s.closed { return false }
-            if s.queued < outboxLimit { return true }
-            s.roomWaiters.append(handler)
-            return nil
-        }
-        if let now { handler(now) }
-    }
-
-    /// Calls `handler` once everything queued is written, or the channel is closed (at once
-    /// when that is so now).
-    public func whenFlushed(_ handler: @escaping @Sendable () -> Void) {
-        let now = state.withLock { s -> Bool in
-            if s.closed || s.head == s.outbox.count { return true }
-            s.flushWaiters.append(handler)
-            return false
-        }
-        if now { handler() }
-    }
-
-    /// Items queued in stream mode join the last waiting item until it holds this many bytes.
-    static let coalesceBytes = 262_144
-
-    /// Queues `items` after what waits (all or none) and writes at once when nothing did.
-    private func offer(_ items: [Item], counting: Bool) -> Offer {
-        precondition(items.allSatisfy { $0.fds.isEmpty || !$0.bytes.isEmpty }, "descriptors travel with at least one byte")
-        let size = mode == .stream ? items.reduce(0) { $0 + $1.bytes.count } : items.count
-        var failure: SystemError?
-        let answer = state.withLock { s -> Offer in
-            if s.closed { return .closed }
-            let empty = s.head == s.outbox.count
-            // One item always fits an empty outbox, or a too-big value could never go.
-            if s.queued + size > outboxLimit && !(empty && items.count == 1) {
-                if counting { s.counts.refused += 1 }
-                return .full
-            }
-            let last = s.outbox.count - 1
-            if mode == .stream, items.count == 1, items[0].fds.isEmpty, !empty, s.outbox[last].bytes.count < Self.coalesceBytes {
-                // Small replies in quick succession go out together in one send (descriptors
-                // of the last item still go with its first byte). Grown once to the limit,
-                // not by doubling past it: doubling left up to half of every item unused, and
-                // a full outbox held twice the bytes it counts.
-                let needed = s.outbox[last].bytes.count + items[0].bytes.count
-                if needed > s.outbox[last].bytes.capacity {
-                    s.outbox[last].bytes.reserveCapacity(max(needed, Self.coalesceBytes))
-                }
-                s.outbox[last].bytes.append(contentsOf: items[0].bytes)
-            } else {
-                s.outbox.append(contentsOf: items)
-            }
-            s.queued += size
-            if empty {
-                switch drain(&s) {
-                case .empty: break
-                case .blocked: arm(&s)
-                case .noMemory: waitForMemory(&s)
-                case .failed(let e): failure = e
-                }
-            }
-            return .accepted
-        }
-        // The caller may hold a lock of its own that its handlers take (a stream writing to
-        // its client under its state's lock, whose `onEnd` and room waiter lock it again):
-        // the close, which runs waiters, and the report happen on the queue, never inside
-        // `send`.
-        if let failure { fail(failure, fromSend: true) }
-        return answer
-    }
-
-    private enum Drained { case empty, blocked, noMemory, failed(SystemError) }
-
-    /// Writes what waits until the socket is full. Under the lock.
-    private func drain(_ s: inout State) -> Drained {
-        while s.head < s.outbox.count {
-            let item = s.outbox[s.head]
-            let n: Int?
-            do {
-                if let errno = sendFault?() { throw SystemError(call: "send", code: errno) }
-                n = try item.bytes.withUnsafeBytes { raw in
-                    let rest = UnsafeRawBufferPointer(rebasing: raw[item.offset...])
-                    if !item.fds.isEmpty { return try DescriptorPassing.send(fd, rest, passing: item.fds) }
-                    return try syscallAllowingAgain("send") { Glibc.send(fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL)) }
-                }
-            } catch let e as SystemError {
-                return e.code == ENOBUFS || e.code == ENOMEM ? .noMemory : .failed(e)
-            } catch {
-                return .failed(SystemError(call: "send", code: EIO))
-            }
-            guard let n else { return .blocked }
-            s.lastMemoryDelay = .zero
-            if !item.fds.isEmpty {
-                // The peer has its copies now.
-                for d in item.fds { closeQuietly(d) }
-                s.outbox[s.head].fds = []
-            }
-            if mode == .stream && item.offset + n < item.bytes.count {
-                s.outbox[s.head].offset += n
-                s.queued -= n
-                continue
-            }
-            s.queued -= mode == .stream ? item.bytes.count - item.offset : 1
-            s.head += 1
-            s.counts.written += 1
-        }
-        s.outbox.removeAll(keepingCapacity: s.outbox.capacity <= 1024)
-        s.head = 0
-        return .empty
-    }
-
-    /// Asks to be told when the socket takes more. Under the lock.
-    private func arm(_ s: inout State) {
-        if s.writeArmed { return }
-        s.writeArmed = true
-        watch.want(write: true)
-    }
-
-    /// The kernel had no memory for a write (`ENOBUFS`: a large packet needs a contiguous
-    /// buffer, which a fragmented board may lack for a moment): not the socket's end, so the
-    /// item waits and is tried again after 5 ms, doubling to 640 ms while it lasts. Nothing
-    /// signals that memory came back, and the socket still reads as writable, so the write
-    /// watch is off meanwhile (it would spin). Under the lock.
-    private func waitForMemory(_ s: inout State) {
-        s.counts.memoryWaits += 1
-        guard s.memoryWait == nil else { return }
-        let delay = s.lastMemoryDelay == .zero ? .milliseconds(5) : min(s.lastMemoryDelay * 2, .milliseconds(640))
-        s.memoryWait = delay
-        s.lastMemoryDelay = delay
-        s.writeArmed = true
-        watch.want(write: false)
-        queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
-            guard let self else { return }
-            self.state.withLock { $0.memoryWait = nil }
-            self.flush(afterMemoryWait: true)
-        }
-    }
-
-    /// Writes what waits (the socket takes more, or memory may have come back). On the queue.
-    private func flush(afterMemoryWait: Bool = false) {
-        var failure: SystemError?
-        let (room, flushed) = state.withLock { s -> ([@Sendable (Bool) -> Void], [@Sendable () -> Void]) in
-            guard !s.closed, s.writeArmed, s.memoryWait == nil else { return ([], []) }
-            switch drain(&s) {
-            case .blocked:
-                // The watch was off while memory was waited for.
-                if afterMemoryWait { watch.want(write: true) }
-            case .noMemory:
-                waitForMemory(&s)
-            case .failed(let e): failure = e
-            case .empty:
-                s.writeArmed = false
-                watch.want(write: false)
-            }
-            var room: [@Sendable (Bool) -> Void] = []
-            var flushed: [@Sendable () -> Void] = []
-            if s.queued < outboxLimit { swap(&room, &s.roomWaiters) }
-            if s.head == s.outbox.count { swap(&flushed, &s.flushWaiters) }
-            return (room, flushed)
-        }
-        if let failure { return fail(failure) }
-        for h in room { h(true) }
-        for h in flushed { h() }
     }
 
     // MARK: Reading (on the queue)
@@ -554,7 +345,7 @@ public final class Channel: Sendable {
 
     /// A write or read failed: close, then report once. On the queue (at once when this
     /// runs there; later, `fromSend`, for a failure met inside a caller's `send`).
-    private func fail(_ e: SystemError, fromSend: Bool = false) {
+    func fail(_ e: SystemError, fromSend: Bool = false) {
         let report = state.withLock { s -> (@Sendable (End) -> Void)? in
             if s.ended || s.closed { return nil }
             s.ended = true
