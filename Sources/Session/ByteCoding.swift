@@ -149,9 +149,14 @@ struct ByteReader {
 
     /// Everything left (a frame's data field).
     mutating func rest() -> [UInt8] {
+        Array(restSlice())
+    }
+
+    /// The bytes left, not copied (a slice of what is read).
+    mutating func restSlice() -> ArraySlice<UInt8> {
         let start = bytes.startIndex + offset
         offset = bytes.count
-        return Array(bytes[start...])
+        return bytes[start...]
     }
 
     /// Throws when bytes are left after the last field.
@@ -196,5 +201,5 @@ struct ByteWriter {
         bytes.append(contentsOf: v)
     }
 
-    mutating func raw(_ v: [UInt8]) { bytes.append(contentsOf: v) }
+    mutating func raw(_ v: some Sequence<UInt8>) { bytes.append(contentsOf: v) }
 }

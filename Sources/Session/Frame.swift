@@ -88,16 +88,22 @@ public struct InviteReply: Sendable, Hashable {
 public struct MessageFragment: Sendable, Hashable {
     /// The message's id: 1 for the connection's first message, then one more per message.
     public var messageID: UInt32
-    /// The fragment's bytes, at most `Wire.maxFragmentData`.
-    public var data: [UInt8]
+    /// The fragment's bytes, at most `Wire.maxFragmentData`: a slice of the message being
+    /// sent, or of the frame's payload received, so that neither is copied to make it.
+    public var data: ArraySlice<UInt8>
     /// The message's last fragment (flag FIN).
     public var isFinal: Bool
 
     /// A fragment.
-    public init(messageID: UInt32, data: [UInt8], isFinal: Bool) {
+    public init(messageID: UInt32, data: ArraySlice<UInt8>, isFinal: Bool) {
         self.messageID = messageID
         self.data = data
         self.isFinal = isFinal
+    }
+
+    /// A fragment of `data`'s bytes.
+    public init(messageID: UInt32, data: [UInt8], isFinal: Bool) {
+        self.init(messageID: messageID, data: data[...], isFinal: isFinal)
     }
 }
 

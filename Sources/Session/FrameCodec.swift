@@ -62,6 +62,15 @@ public enum FrameEncoder {
                 try FrameRules.check(frame)
                 appendHeader(frame, length: d.count, to: &out)
                 out.append(contentsOf: d)
+            case .message(let m):
+                // The same for a message's fragment, after its id.
+                try FrameRules.check(frame)
+                appendHeader(frame, length: 4 + m.data.count, to: &out)
+                out.append(UInt8(truncatingIfNeeded: m.messageID >> 24))
+                out.append(UInt8(truncatingIfNeeded: m.messageID >> 16))
+                out.append(UInt8(truncatingIfNeeded: m.messageID >> 8))
+                out.append(UInt8(truncatingIfNeeded: m.messageID))
+                out.append(contentsOf: m.data)
             default:
                 let payload = try encodePayload(frame)
                 guard payload.count <= Wire.maxPayload else {
@@ -182,7 +191,9 @@ enum FrameParser {
             frame = .credit(streamID: id, streamBytes: s, connectionBytes: try r.u32("connection bytes"))
         case .message:
             let messageID = try r.u32("message id")
-            frame = .message(MessageFragment(messageID: messageID, data: r.rest(), isFinal: flags & FrameFlags.fin.rawValue != 0))
+            // A slice of the payload, not a copy: the assembler copies it once, into the
+            // message (or takes it whole when the payload was gathered apart).
+            frame = .message(MessageFragment(messageID: messageID, data: r.restSlice(), isFinal: flags & FrameFlags.fin.rawValue != 0))
         case .unreliable: frame = .unreliable(r.rest())
         case .resourceOffer:
             let name = try r.string("name", limit: Wire.maxResourceName)

@@ -28,7 +28,7 @@ public struct MessageFragmenter: Sendable {
         var start = 0
         repeat {
             let end = min(start + Wire.maxFragmentData, message.count)
-            frames.append(.message(MessageFragment(messageID: id, data: Array(message[start..<end]), isFinal: end == message.count)))
+            frames.append(.message(MessageFragment(messageID: id, data: message[start..<end], isFinal: end == message.count)))
             start = end
         } while start < message.count
         return frames
@@ -66,6 +66,12 @@ public struct MessageAssembler: Sendable {
         }
         guard partial.count + f.data.count <= Wire.maxMessage else {
             throw Violation(reason: .messageTooLarge, detail: "message \(f.messageID) is over \(Wire.maxMessage) bytes")
+        }
+        if f.isFinal && !inProgress {
+            // A message in one fragment (most are): its bytes as they are, without a pass
+            // through `partial` (no copy when the slice is a whole array).
+            expectedID = expectedID == .max ? 1 : expectedID + 1
+            return Array(f.data)
         }
         partial += f.data
         inProgress = true
