@@ -48,4 +48,37 @@ static inline int64_t peerlink_file_system_type(int fd) {
 #include <malloc.h>
 static inline int peerlink_malloc_trim_threshold(int bytes) { return mallopt(M_TRIM_THRESHOLD, bytes); }
 
+/// Sends up to 64 packets in one call (`sendmmsg`: Swift's Glibc module lacks it, since it
+/// needs _GNU_SOURCE), without blocking or SIGPIPE: the number sent (each whole, in order;
+/// fewer when the socket filled), or -1 with errno when the first was not sent.
+///
+/// No socket header is included here: in the static (musl) build a header this module
+/// includes first becomes this module's, and its names (MSG_NOSIGNAL...) disappear from
+/// the files that do not import it. So the structs are declared with the kernel's layout
+/// (which glibc's and musl's mmsghdr both have), and the function with them.
+#include <stddef.h>
+struct peerlink_iovec { void *base; size_t length; };
+struct peerlink_msghdr {
+    void *name; unsigned int name_length;
+    struct peerlink_iovec *iov; size_t iov_count;
+    void *control; size_t control_length;
+    int flags;
+};
+struct peerlink_mmsghdr { struct peerlink_msghdr header; unsigned int length; };
+int sendmmsg(int fd, struct peerlink_mmsghdr *messages, unsigned int count, int flags);
+/// Linux's MSG_DONTWAIT and MSG_NOSIGNAL (the same on every architecture).
+enum { PEERLINK_MSG_DONTWAIT = 0x40, PEERLINK_MSG_NOSIGNAL = 0x4000 };
+
+static inline int peerlink_send_packets(int fd, const void *const *bases, const size_t *lengths, int count) {
+    struct peerlink_mmsghdr messages[64];
+    struct peerlink_iovec iov[64];
+    if (count > 64) count = 64;
+    for (int i = 0; i < count; i++) {
+        iov[i].base = (void *)bases[i];
+        iov[i].length = lengths[i];
+        messages[i] = (struct peerlink_mmsghdr){ .header = { .iov = &iov[i], .iov_count = 1 } };
+    }
+    return sendmmsg(fd, messages, (unsigned int)count, PEERLINK_MSG_DONTWAIT | PEERLINK_MSG_NOSIGNAL);
+}
+
 #endif

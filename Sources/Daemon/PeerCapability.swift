@@ -241,9 +241,15 @@ final class PeerCapability: DaemonCapability {
         case .disconnected(let d):
             if d.wasConnected, let peer = d.peer { streams.sessionEnded(peer, reason: d.reason.description) }
             context.publish(topic: ControlEvent.peerDisconnected, data: Self.json(d))
-        case .message(let from, let bytes, let reliable):
-            if reliable, streams.deliver(bytes, from: from) { return }
-            context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: from, bytes, reliable: reliable))
+        case .messages(let from, let batch):
+            // What the peer's message stream does not take (there is none, or it ended) goes
+            // to events.
+            let taken = streams.deliver(batch, from: from)
+            for m in batch[taken...] {
+                context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: from, m, reliable: true))
+            }
+        case .datagram(let from, let bytes):
+            context.publish(topic: ControlEvent.peerMessage, data: Self.messageEvent(from: from, bytes, reliable: false))
         case .reconnecting(let peer, let attempt, let after):
             var o = Self.json(peer)
             o["attempt"] = .int(Int64(attempt))

@@ -184,6 +184,26 @@ final class PeerMessageStream: Sendable {
 
     // MARK: Peer → client
 
+    /// Reliable messages from the peer (on its connection's queue, in order): how many the
+    /// stream took, from the first; the rest go to events (the stream has ended, or ends at
+    /// a message too large for it). A batch the socket has room for is written in one call.
+    func deliver(_ messages: [[UInt8]]) -> Int {
+        if messages.count > 1, messages.allSatisfy({ $0.count <= maxMessage }) {
+            let all = state.withLock { s -> Bool in
+                guard !s.ended, !s.closeWhenWritten, s.pending.isEmpty, channel.send(contentsOf: messages) == .accepted else { return false }
+                s.counts.received += messages.count
+                return true
+            }
+            if all { return messages.count }
+        }
+        var taken = 0
+        for m in messages {
+            guard deliver(m) else { break }
+            taken += 1
+        }
+        return taken
+    }
+
     /// A reliable message from the peer (on its connection's queue, in order): true when the
     /// stream took it; false when it must go to events (the stream has ended, or ends now
     /// because the message is too large for it).
@@ -335,10 +355,11 @@ final class PeerMessageStreams: Sendable {
         return stream
     }
 
-    /// A reliable message from `peer`: true when its stream took it (no event then).
-    func deliver(_ message: [UInt8], from peer: PeerID) -> Bool {
-        guard let stream = streams.withLock({ $0[peer] }) else { return false }
-        return stream.deliver(message)
+    /// Reliable messages from `peer`, in order: how many its stream took, from the first
+    /// (no event for those).
+    func deliver(_ messages: [[UInt8]], from peer: PeerID) -> Int {
+        guard let stream = streams.withLock({ $0[peer] }) else { return 0 }
+        return stream.deliver(messages)
     }
 
     /// `peer`'s session ended: so does its stream.

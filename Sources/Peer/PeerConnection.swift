@@ -35,6 +35,7 @@ public final class PeerConnection: Sendable {
     private let identity: TLSIdentity
     private let logger: Logger
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
+    private let onMessages: @Sendable (PeerConnection, [[UInt8]]) -> Void
     private let onTransfer: @Sendable (PeerConnection, TransferEvent) -> Void
     /// An accepted resource of the peer's that gets no data this long while the peer could
     /// send it is ended `timeout` (`ConnectionTransfers.stalled`).
@@ -102,10 +103,14 @@ public final class PeerConnection: Sendable {
     /// Wraps a connected, non-blocking TCP socket (the connection owns it from now on).
     /// Nothing happens before `start`. `maxQueuedBytes`: the scheduler's bound on messages
     /// waiting to be sent (tests make it small). `transferIdleTimeout`: how long an accepted
-    /// resource of the peer's may get no data while the peer could send it.
+    /// resource of the peer's may get no data while the peer could send it. Reliable
+    /// messages go to `onMessages`, not `onEvent`: in order, as many together as one turn
+    /// brought (a TCP read of 1 KiB messages holds dozens), so that what carries them on (a
+    /// message stream's socket) takes them in one step, not one a message.
     public init(id: UInt64, fd: Int32, role: Role, remote: SocketAddress, config: ConnectionConfig, identity: TLSIdentity,
                 logger: Logger, maxQueuedBytes: Int = 8 * 1_048_576, transferIdleTimeout: Duration = .seconds(60),
                 onEvent: @escaping @Sendable (PeerConnection, ConnectionEvent) -> Void,
+                onMessages: @escaping @Sendable (PeerConnection, [[UInt8]]) -> Void,
                 onTransfer: @escaping @Sendable (PeerConnection, TransferEvent) -> Void = { _, _ in }) {
         self.id = id
         self.role = role
@@ -113,6 +118,7 @@ public final class PeerConnection: Sendable {
         self.identity = identity
         self.logger = logger
         self.onEvent = onEvent
+        self.onMessages = onMessages
         self.onTransfer = onTransfer
         self.transferIdleTimeout = transferIdleTimeout
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
@@ -255,13 +261,24 @@ public final class PeerConnection: Sendable {
 
     func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
         for w in waiters { w.resume(true) }
+        // Messages in a row go on together; anything else after them, in order.
+        var messages: [[UInt8]] = []
         for e in events {
+            if case .connection(.message(let m)) = e {
+                messages.append(m)
+                continue
+            }
+            if !messages.isEmpty {
+                onMessages(self, messages)
+                messages = []
+            }
             switch e {
             case .connection(let e): onEvent(self, e)
             case .transfer(let e): onTransfer(self, e)
             case .wake(let writer, let queued): writer(queued)
             }
         }
+        if !messages.isEmpty { onMessages(self, messages) }
     }
 
     /// The transfer events and wakeups that writing produced, for delivery after the lock.

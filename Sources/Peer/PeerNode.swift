@@ -218,6 +218,7 @@ public final class PeerNode: Sendable {
         let c = PeerConnection(id: id, fd: fd, role: role, remote: remote, config: cc, identity: identity,
                                logger: logger, maxQueuedBytes: config.maxQueuedBytes, transferIdleTimeout: config.transferIdleTimeout,
                                onEvent: { [weak self] c, e in self?.handle(c, e) },
+                               onMessages: { [weak self] c, ms in self?.received(c, ms) },
                                onTransfer: { [weak self] c, e in self?.transferEvent(c, e) })
         return c
     }
@@ -383,10 +384,10 @@ public final class PeerNode: Sendable {
             invited(c, inv)
         case .connected:
             apply(state.withLock { $0.table.connected(c.id) })
-        case .message(let bytes):
-            if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: true)) }
+        case .message:
+            break  // never here: the connection hands reliable messages on in batches (`received`)
         case .datagram(let bytes):
-            if let p = c.snapshot.hello?.peerID { onEvent(.message(from: p, bytes: bytes, reliable: false)) }
+            if let p = c.snapshot.hello?.peerID { onEvent(.datagram(from: p, bytes: bytes)) }
         case .frame:
             break  // resources and streams: the connection's own (`onTransfer`)
         case .refused(let command, let why):
@@ -394,6 +395,11 @@ public final class PeerNode: Sendable {
         case .disconnected(let reason, let detail, let byPeer):
             disconnected(c, reason, detail, byPeer)
         }
+    }
+
+    /// Reliable messages from `c`'s peer, in order.
+    private func received(_ c: PeerConnection, _ messages: [[UInt8]]) {
+        if let p = c.snapshot.hello?.peerID { onEvent(.messages(from: p, messages)) }
     }
 
     /// The table's verdict once a connection's peer is verified (TLS, or HELLO in plain

@@ -127,8 +127,10 @@ public enum PeerEvent: Sendable {
     case connected(PeerSummary)
     /// A connection ended (a session, or an attempt).
     case disconnected(PeerDisconnect)
-    /// A message from a peer.
-    case message(from: PeerID, bytes: [UInt8], reliable: Bool)
+    /// Reliable messages from a peer, in order: as many as arrived together (at least one).
+    case messages(from: PeerID, [[UInt8]])
+    /// An unreliable message (a datagram) from a peer.
+    case datagram(from: PeerID, bytes: [UInt8])
     /// A trusted peer's session was lost: it is redialled after `after` (attempt from 1).
     case reconnecting(PeerID, attempt: Int, after: Duration)
     /// Redialling a trusted peer stopped after `attempts` failed (it comes back when it

@@ -21,6 +21,12 @@ public struct PeerID: Sendable, Hashable, Comparable, CustomStringConvertible {
         self.bytes = bytes
     }
 
+    /// The bytes hashed in one call: the derived hash fed them one at a time, and a peer ID
+    /// is looked up for every batch of messages that arrives.
+    public func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
     /// A peer ID from 64 hex digits (either case); nil for anything else.
     public init?(hex: String) {
         let digits = Array(hex.utf8)

@@ -1,5 +1,6 @@
 // Linux Dispatch has no Sendable annotations; its sources and queues are thread-safe.
 @preconcurrency import Dispatch
+internal import CEpoll
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -131,13 +132,23 @@ extension Channel {
     func drain(_ s: inout State) -> Drained {
         while s.head < s.outbox.count {
             let item = s.outbox[s.head]
+            // Packets without descriptors, two or more in a row, go in one call (`sendmmsg`):
+            // a message stream delivering a burst makes one system call, not one a message.
+            var run = s.head
+            if mode == .packet {
+                while run < s.outbox.count, run - s.head < Self.packetsPerCall, s.outbox[run].fds.isEmpty { run += 1 }
+            }
             let n: Int?
             do {
                 if let errno = sendFault?() { throw SystemError(call: "send", code: errno) }
-                n = try item.bytes.withUnsafeBytes { raw in
-                    let rest = UnsafeRawBufferPointer(rebasing: raw[item.offset...])
-                    if !item.fds.isEmpty { return try DescriptorPassing.send(fd, rest, passing: item.fds) }
-                    return try syscallAllowingAgain("send") { Glibc.send(fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL)) }
+                if run - s.head >= 2 {
+                    n = try Self.sendPackets(fd, s.outbox[s.head..<run])
+                } else {
+                    n = try item.bytes.withUnsafeBytes { raw in
+                        let rest = UnsafeRawBufferPointer(rebasing: raw[item.offset...])
+                        if !item.fds.isEmpty { return try DescriptorPassing.send(fd, rest, passing: item.fds) }
+                        return try syscallAllowingAgain("send") { Glibc.send(fd, rest.baseAddress, rest.count, Int32(MSG_NOSIGNAL)) }
+                    }
                 }
             } catch let e as SystemError {
                 return e.code == ENOBUFS || e.code == ENOMEM ? .noMemory : .failed(e)
@@ -145,6 +156,13 @@ extension Channel {
                 return .failed(SystemError(call: "send", code: EIO))
             }
             guard let n else { return .blocked }
+            if run - s.head >= 2 {
+                // `n` packets, each whole.
+                s.queued -= n
+                s.head += n
+                s.counts.written += UInt64(n)
+                continue
+            }
             if !item.fds.isEmpty {
                 // The peer has its copies now.
                 for d in item.fds { closeQuietly(d) }
@@ -162,6 +180,33 @@ extension Channel {
         s.outbox.removeAll(keepingCapacity: s.outbox.capacity <= 1024)
         s.head = 0
         return .empty
+    }
+
+    /// Packets written in one `sendmmsg` at most (the shim's bound).
+    static let packetsPerCall = 64
+
+    /// Writes `items` (whole packets, no descriptors) in one call: how many went (at least
+    /// one), or nil when the socket took none.
+    private static func sendPackets(_ fd: Int32, _ items: ArraySlice<Item>) throws -> Int? {
+        var bases: [UnsafeRawPointer?] = []
+        var lengths: [Int] = []
+        bases.reserveCapacity(items.count)
+        lengths.reserveCapacity(items.count)
+        // Each array's storage is pinned for the call by nesting its `withUnsafeBytes`.
+        func pinned(_ rest: ArraySlice<Item>) throws -> Int? {
+            guard let first = rest.first else {
+                let r = try syscallAllowingAgain("sendmmsg") {
+                    peerlink_send_packets(fd, bases, lengths, Int32(bases.count))
+                }
+                return r.map(Int.init)
+            }
+            return try first.bytes.withUnsafeBytes { raw in
+                bases.append(raw.baseAddress)
+                lengths.append(raw.count)
+                return try pinned(rest.dropFirst())
+            }
+        }
+        return try pinned(items)
     }
 
     /// Asks to be told when the socket takes more. Under the lock.

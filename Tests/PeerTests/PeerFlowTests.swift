@@ -21,7 +21,7 @@ import Glibc
     typealias Node = PeerNodeTests.Node
 
     static func messages(_ n: PeerNodeTests.Node, from peer: PeerID) -> [[UInt8]] {
-        n.events.withLock { es in es.compactMap { if case .message(let p, let m, true) = $0, p == peer { m } else { nil } } }
+        n.messages.compactMap { p, m, reliable in p == peer && reliable ? m : nil }
     }
 
     /// A node (`name`, encryption optional) in session with a hand-made peer that dialled it
@@ -74,7 +74,7 @@ import Glibc
         a.node.holdMessages(from: b.node.peerID, false)
         try await sending.value
         let last = batch[batch.count - 1]
-        _ = await a.wait("the last", timeout: .seconds(30)) { if case .message(_, let m, true) = $0 { m == last } else { false } }
+        _ = await a.wait("the last", timeout: .seconds(30)) { $0.hasMessage { $0 == last } }
         #expect(Self.messages(a, from: b.node.peerID) == batch, "every message once, in order, unchanged")
     }
 
@@ -135,12 +135,12 @@ import Glibc
         let big = (0..<Wire.maxMessage).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         _ = try await b.node.send(big, to: [a.node.peerID], reliable: true)
         _ = try await b.node.send([0xDA, 0x7A], to: [a.node.peerID], reliable: false)
-        let datagram = await a.wait("datagram") { if case .message(_, [0xDA, 0x7A], false) = $0 { true } else { false } }
+        let datagram = await a.wait("datagram") { if case .datagram(_, [0xDA, 0x7A]) = $0 { true } else { false } }
         #expect(datagram != nil)
         #expect(Self.messages(a, from: b.node.peerID).isEmpty)
         a.node.holdMessages(from: b.node.peerID, false)
-        #expect(await a.wait("big", timeout: .seconds(60)) { if case .message(_, let m, true) = $0 { m == big } else { false } } != nil)
-        let order = a.events.withLock { es in es.compactMap { e -> Bool? in if case .message(_, _, let r) = e { r } else { nil } } }
+        #expect(await a.wait("big", timeout: .seconds(60)) { $0.hasMessage { $0 == big } } != nil)
+        let order = a.messages.map { $0.2 }
         #expect(order == [false, true])
     }
 
@@ -226,7 +226,7 @@ extension PeerFlowTests {
         #expect(wrongSide == .streamClose(streamID: 10, reason: .protocolError))
         // The session is still up: a message arrives.
         try await onThread { try raw.send(.message(MessageFragment(messageID: 1, data: Array("still here".utf8), isFinal: true))) }
-        let got = await a.wait("message") { if case .message(_, let bytes, _) = $0 { bytes == Array("still here".utf8) } else { false } }
+        let got = await a.wait("message") { $0.hasMessage { $0 == Array("still here".utf8) } }
         #expect(got != nil && a.node.sessions.first?.peer == me)
     }
 

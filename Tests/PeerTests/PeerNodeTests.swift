@@ -55,6 +55,17 @@ import Testing
             signal.fire()
         }
 
+        /// Every message received, in order, as (peer, bytes, reliable), batches flattened.
+        var messages: [(PeerID, [UInt8], Bool)] {
+            events.withLock { es in es.flatMap { e -> [(PeerID, [UInt8], Bool)] in
+                switch e {
+                case .messages(let p, let ms): ms.map { (p, $0, true) }
+                case .datagram(let p, let m): [(p, m, false)]
+                default: []
+                }
+            } }
+        }
+
         var address: HostPort { get throws { try HostPort("127.0.0.1:\(node.port)") } }
 
         func wait(_ what: String, timeout: Duration = .seconds(10), _ match: @escaping (PeerEvent) -> Bool) async -> PeerEvent? {
@@ -92,13 +103,13 @@ import Testing
         #expect(sa.pairingCode != nil && sa.pairingCode == s.pairingCode, "both ends show the same pairing code")
         _ = try await b.node.send(Array("ping".utf8), to: [a.node.peerID], reliable: true)
         _ = try await a.node.send(Array("pong".utf8), to: [], reliable: true)
-        let gotA = await a.wait("message") { if case .message(_, let m, true) = $0 { m == Array("ping".utf8) } else { false } }
-        let gotB = await b.wait("message") { if case .message(_, let m, true) = $0 { m == Array("pong".utf8) } else { false } }
+        let gotA = await a.wait("message") { $0.hasMessage { $0 == Array("ping".utf8) } }
+        let gotB = await b.wait("message") { $0.hasMessage { $0 == Array("pong".utf8) } }
         #expect(gotA != nil && gotB != nil)
         // A message of 5 MiB (many frames) arrives whole.
         let big = (0..<(5 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         _ = try await b.node.send(big, to: [a.node.peerID], reliable: true)
-        #expect(await a.wait("big") { if case .message(_, let m, true) = $0 { m == big } else { false } } != nil)
+        #expect(await a.wait("big") { $0.hasMessage { $0 == big } } != nil)
         a.node.stop()
         b.node.stop()
     }
@@ -344,10 +355,18 @@ import Testing
             guard case .disconnected(let d)? = e else { Issue.record("\(name): the session did not end"); continue }
             #expect(d.reason == .tlsFailed, "\(name): \(d.reason): \(d.detail)")
         }
-        #expect(a.count { if case .message = $0 { true } else { false } } == 0, "nothing from the damaged record delivered")
+        #expect(a.messages.isEmpty, "nothing from the damaged record delivered")
         a.node.stop()
         b.node.stop()
     }
 
     static func isDisconnectedSession(_ e: PeerEvent) -> Bool { if case .disconnected(let d) = e { d.wasConnected } else { false } }
+}
+
+extension PeerEvent {
+    /// Reliable messages, one of which `match`es.
+    func hasMessage(_ match: ([UInt8]) -> Bool) -> Bool {
+        if case .messages(_, let ms) = self { return ms.contains(where: match) }
+        return false
+    }
 }

@@ -142,7 +142,7 @@ import Testing
         }
         let message = Self.content(700_000)
         _ = try await b.node.send(message, to: [a.node.peerID], reliable: true)
-        let got = await a.wait("message") { if case .message(_, let m, true) = $0 { m.count == message.count } else { false } }
+        let got = await a.wait("message") { $0.hasMessage { $0.count == message.count } }
         #expect(got != nil, "the message went through the connection's window")
     }
 

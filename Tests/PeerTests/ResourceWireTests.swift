@@ -31,7 +31,7 @@ import Testing
     static func stillUp(_ a: PeerNodeTests.Node, _ raw: RawPeer, _ n: UInt32) async throws -> Bool {
         let text = Array("still here \(n)".utf8)
         try await send(raw, [.message(MessageFragment(messageID: n, data: text, isFinal: true))])
-        return await a.wait("message \(n)") { if case .message(_, let b, _) = $0 { b == text } else { false } } != nil
+        return await a.wait("message \(n)") { $0.hasMessage { $0 == text } } != nil
     }
 
     @Test func liesEndTheResourceOnly() async throws {

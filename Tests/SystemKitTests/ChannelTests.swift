@@ -189,6 +189,51 @@ import Glibc
         #expect(c.counts.written == UInt64(accepted.count))
     }
 
+    /// Packets queued together go out in one call (`sendmmsg`) and arrive whole and in order:
+    /// batches written at once, then (the peer not reading) one the socket takes part of,
+    /// then batches that wait in the outbox, with a packet passing a descriptor among them
+    /// (it goes alone, between runs).
+    @Test func packetBatchesArriveWholeAndInOrder() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 100_000)
+        defer { c.close() }
+        Seen().start(c)
+        var sent: [[UInt8]] = []
+        var i = 0
+        func packet() -> [UInt8] {
+            defer { i += 1 }
+            return [UInt8(i >> 8), UInt8(i & 0xff)] + [UInt8](repeating: UInt8(i % 251), count: 1 + i * 37 % 3000)
+        }
+        // Until the socket no longer takes a whole batch: then more batches wait behind.
+        var waiting = 0
+        while waiting < 5 {
+            let batch = (0..<(1 + i % 70)).map { _ in packet() }
+            #expect(c.send(contentsOf: batch) == .accepted)
+            sent += batch
+            if !c.hasRoom || c.counts.written < UInt64(sent.count) { waiting += 1 }
+            if waiting == 2 {
+                let d = dup(theirs)
+                let p = packet()
+                #expect(c.send(p, passing: [d]) == .accepted)
+                sent.append(p)
+            }
+            if i > 100_000 { break }
+        }
+        #expect(c.counts.written < UInt64(sent.count), "the socket filled and packets wait")
+        let want = sent.count
+        let got = try await onThread { () -> [[UInt8]] in
+            var got: [[UInt8]] = []
+            while got.count < want, let p = try Self.receive(theirs) { got.append(p) }
+            return got
+        }
+        #expect(got.count == sent.count)
+        #expect(got == sent, "every packet whole, in order")
+        let flushed = Signal()
+        c.whenFlushed { flushed.fire() }
+        #expect(await flushed.wait { c.counts.written == UInt64(sent.count) })
+    }
+
     /// The one conversion of `Duration` for Dispatch, poll and nanosleep: rounding down to
     /// the unit, negative as zero, huge values clamped instead of trapping.
     @Test func durationConversions() {
