@@ -73,6 +73,12 @@ public struct MessageAssembler: Sendable {
             expectedID = expectedID == .max ? 1 : expectedID + 1
             return Array(f.data)
         }
+        if !inProgress {
+            // Room for this fragment and a whole next one: a message just over one fragment
+            // (64 KiB written at once) is then put together without a second copy of the
+            // first fragment when the array grows. Longer ones grow by doubling from there.
+            partial.reserveCapacity(f.data.count + Wire.maxFragmentData)
+        }
         partial += f.data
         inProgress = true
         guard f.isFinal else { return nil }
