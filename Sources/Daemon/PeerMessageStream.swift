@@ -109,8 +109,11 @@ final class PeerMessageStream: Sendable {
         // One packet waits in the outbox at most: the rest wait in `pending`, where they
         // count for holding credit. Reads are as large as a message plus one byte, so a
         // packet too large for a message is seen whole-sized (MSG_TRUNC) and refused.
+        // Reads inline (no hand-off to a worker: a message's way through the daemon is a
+        // wakeup shorter): a batch is queued on the session without waiting (a busy session
+        // gets a task), so the reactor is held for at most one packet's encryption.
         channel = Channel(fd: fd, mode: .packet, label: "peer-stream.\(id)", outboxLimit: 1,
-                          readLimit: maxMessage + 1, batchLimit: 16)
+                          readLimit: maxMessage + 1, batchLimit: 16, readsInline: { true })
         channel.start(onInput: { [weak self] batch in self?.send(batch) },
                       onEnd: { [weak self] end in
                           switch end {

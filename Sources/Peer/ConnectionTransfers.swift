@@ -121,6 +121,11 @@ struct ConnectionTransfers {
     /// Whether no resource or stream is in progress.
     var isEmpty: Bool { sending.isEmpty && receiving.isEmpty && streams.isEmpty }
 
+    /// Whether a resource is offered, sent or received, either way: its file is read or
+    /// written on the connection's queue (a refill's reads, a received file's end, which
+    /// waits for its writes and fsync).
+    var hasResources: Bool { !sending.isEmpty || !receiving.isEmpty }
+
     /// Whether resource or stream `id` is in progress.
     func isLive(_ id: UInt32) -> Bool { table.transfers[id] != nil || streams.streams[id] != nil }
 

@@ -23,6 +23,12 @@ import TLS
 /// therefore waits behind at most the one frame being written. Memory per connection is the
 /// scheduler's bound (8 MiB of messages by default; `send` answers `busy` past it and
 /// `room(for:)` waits for it) plus one frame.
+///
+/// Reads run inline (`Channel`'s `readsInline`: on the reactor's thread, no hand-off) while
+/// no resource is offered, sent or received: what a turn does is then bounded (at most 64
+/// KiB decrypted and decoded, messages handed on, frames written) and never waits for a
+/// disk; a resource's file is read (refills) or written and fsynced (a received file's end)
+/// on the connection's queue, which the reactor must not wait behind.
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64
@@ -41,6 +47,14 @@ public final class PeerConnection: Sendable {
     /// send it is ended `timeout` (`ConnectionTransfers.stalled`).
     let transferIdleTimeout: Duration
     let state: Mutex<State>
+    /// Whether reads may run inline now (see the type's documentation): set at the end of
+    /// each turn, read by the reactor without a lock (the state's lock is taken before the
+    /// watch's when writing, so the reactor must not take it under the watch's).
+    let readsInline: InlineReads
+
+    final class InlineReads: Sendable {
+        let allowed = Atomic<Bool>(true)
+    }
 
     /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
     public typealias SendResult = ConnectionMachine.SendResult
@@ -122,7 +136,10 @@ public final class PeerConnection: Sendable {
         self.onTransfer = onTransfer
         self.transferIdleTimeout = transferIdleTimeout
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
-        channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1)
+        let inline = InlineReads()
+        readsInline = inline
+        channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1,
+                          readsInline: { inline.allowed.load(ordering: .relaxed) })
         state = Mutex(State(machine: ConnectionMachine(config: config, role: role),
                             scheduler: SendScheduler(maxQueuedBytes: maxQueuedBytes), transfers: ConnectionTransfers(role: role)))
     }
@@ -298,6 +315,7 @@ public final class PeerConnection: Sendable {
         pump(&s)
         events += takeLater(&s)
         armStallCheck(&s)
+        readsInline.allowed.store(!s.transfers.hasResources, ordering: .relaxed)
         return roomForWaiters(&s)
     }
 

@@ -36,6 +36,9 @@ import Glibc
 ///
 /// The hop to a queue costs both the same, so speed did not decide; Dispatch sources went
 /// because libdispatch's epoll backend crashes under source churn (see `DescriptorWatch`).
+/// The hop is what the right-hand column saves, though: a channel whose reader does bounded
+/// work that never blocks (a peer connection, a message stream) has its reads start on the
+/// epoll thread itself, inside its queue (`readsInline`), up to 64 KiB, the rest on the queue.
 public final class Channel: Sendable {
     /// What kind of socket: a byte stream, or packets kept whole (`SOCK_SEQPACKET`).
     public enum Mode: Sendable { case stream, packet }
@@ -104,6 +107,9 @@ public final class Channel: Sendable {
         /// once a write after a wait went through.
         var lastMemoryDelay: Duration = .zero
         var readPaused = false
+        /// An inline read left bytes for the queue: the watch's reading is off until it is
+        /// done (`continueReading`).
+        var readingOnQueue = false
         var readEnded = false
         var closed = false
         var ended = false
@@ -137,10 +143,16 @@ public final class Channel: Sendable {
     ///     blocks the channel's queue (its own thread when `queue` is nil).
     ///   - receivesDescriptors: keep descriptors the peer passes with its bytes (SCM_RIGHTS)
     ///     for `takeDescriptor`, up to `maxHeldDescriptors`; otherwise the kernel closes them.
+    ///   - readsInline: while this holds (asked on the reactor's thread: quick, no lock),
+    ///     reads start on the reactor's thread, inside the queue, and read at most
+    ///     `inlineBudget` bytes there (the rest on the queue): no thread hand-off for a small
+    ///     read. Only for an owner whose `onInput` does bounded work and never blocks (see
+    ///     `DescriptorWatch`); not with `gather`.
     ///   - sendFault: tests only: an errno a write fails with instead of writing (nil: write).
     public init(fd: Int32, mode: Mode, label: String, queue: DispatchQueue? = nil, outboxLimit: Int,
                 readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero, receivesDescriptors: Bool = false,
-                sendFault: (@Sendable () -> Int32?)? = nil) {
+                readsInline: (@Sendable () -> Bool)? = nil, sendFault: (@Sendable () -> Int32?)? = nil) {
+        precondition(readsInline == nil || gather == .zero, "a gathering channel blocks its queue: its reads cannot run inline")
         self.sendFault = sendFault
         self.fd = fd
         self.mode = mode
@@ -159,6 +171,7 @@ public final class Channel: Sendable {
         self.queue = q
         watch = DescriptorWatch(owning: fd, queue: q)
         watch.setHandlers(onReadable: { [weak self] in self?.readable() }, onWritable: { [weak self] in self?.flush() })
+        if let readsInline { watch.setInlineReads({ [weak self] in self?.readableInline() }, when: readsInline) }
     }
 
     // No weak reference to a channel being freed may be formed: nobody waits on it anyway.
@@ -213,10 +226,42 @@ public final class Channel: Sendable {
             guard s.readPaused else { return false }
             s.readPaused = false
             if s.closed || s.readEnded { return false }
-            watch.want(read: true)
+            // Not while an inline read's rest is read on the queue: it wants reading at its end.
+            if !s.readingOnQueue { watch.want(read: true) }
             return true
         }
         if go { queue.async { [weak self] in self?.readLoop() } }
+    }
+
+    /// Bytes read at most on the reactor's thread at a wakeup (`readsInline`).
+    public static let inlineBudget = 65_536
+
+    /// A wakeup on the reactor's thread, inside the queue: one batch of at most `inlineBudget`
+    /// bytes. What may be left is read on the queue, with the watch's reading off until
+    /// then: the reactor never waits for a bulk read (nor, woken again meanwhile, for the
+    /// queue to finish one).
+    private func readableInline() {
+        state.withLock { $0.counts.readWakeups += 1 }
+        guard readPasses(1, budget: Self.inlineBudget) == .more else { return }
+        let go = state.withLock { s -> Bool in
+            guard !s.closed, !s.readPaused, !s.readEnded else { return false }
+            s.readingOnQueue = true
+            watch.want(read: false)
+            return true
+        }
+        if go { queue.async { [weak self] in self?.continueReading() } }
+    }
+
+    /// The rest of an inline read's wakeup, on the queue; then the watch reads again.
+    private func continueReading() {
+        if readPasses(16) == .more {
+            queue.async { [weak self] in self?.continueReading() }
+            return
+        }
+        state.withLock { s in
+            s.readingOnQueue = false
+            if !s.closed, !s.readPaused, !s.readEnded { watch.want(read: true) }
+        }
     }
 
     private func readable() {
@@ -241,6 +286,21 @@ public final class Channel: Sendable {
     /// after its handler, so what is left would fire it again), handing batches on; after 16
     /// batches it comes back later, so other channels on the pool get their turn.
     private func readLoop() {
+        if readPasses(16) == .more { queue.async { [weak self] in self?.readLoop() } }
+    }
+
+    private enum ReadOutcome {
+        /// The socket is empty for now.
+        case drained
+        /// Reading stopped: closed, paused, or the input ended.
+        case stopped
+        /// The passes or the budget ran out: there may be more.
+        case more
+    }
+
+    /// Up to `passes` batches, handed on one by one; stops early once `budget` bytes were
+    /// read (checked after each read).
+    private func readPasses(_ passes: Int, budget: Int = .max) -> ReadOutcome {
         // Packets (small, many) are read into one scratch buffer and copied out at their
         // size. A stream is read straight into the array handed on, so a bulk transfer's
         // bytes are not copied again on their way out of the socket; a short read is then
@@ -257,8 +317,9 @@ public final class Channel: Sendable {
             if largest > Self.scratchKeptUpTo { state.withLock { s in s.scratch = nil }; scratch?.deallocate() }
         }
         let flags = Int32(MSG_DONTWAIT) | (mode == .packet ? Int32(MSG_TRUNC) : 0)
-        for _ in 0..<16 {
-            guard let onInput = state.withLock({ s in s.closed || s.readPaused || s.readEnded ? nil : s.onInput }) else { return }
+        var total = 0
+        for _ in 0..<passes {
+            guard let onInput = state.withLock({ s in s.closed || s.readPaused || s.readEnded ? nil : s.onInput }) else { return .stopped }
             var batch: [[UInt8]] = []
             var end: End?
             var drained = false
@@ -298,12 +359,18 @@ public final class Channel: Sendable {
                 } else {
                     batch.append(chunk)
                 }
+                total += n
+                if total >= budget { break }
             }
             if !batch.isEmpty { onInput(batch) }
-            if let end { return inputEnded(end) }
-            if drained { return }
+            if let end {
+                inputEnded(end)
+                return .stopped
+            }
+            if drained { return .drained }
+            if total >= budget { return .more }
         }
-        queue.async { [weak self] in self?.readLoop() }
+        return .more
     }
 
     /// One read into `buffer`: the count (0: end of file; in packet mode possibly more than
