@@ -77,6 +77,15 @@ final class PeerMessageStream: Sendable {
     private let handOn: @Sendable ([[UInt8]]) -> Void
     private let onEnd: @Sendable (PeerMessageStream, End, Counts, _ unwritten: Int) -> Void
     private let state = Mutex(State())
+    /// The flag of the session the last batch went to (`PeerConnection.readsInline`): its
+    /// batches are written, and the session's resources refilled, under that session's lock,
+    /// so they are read inline only while the session's own reads are. A lock of its own that
+    /// is never held while another is taken: the reactor asks it under a watch's lock.
+    private let session = SessionFlag()
+
+    private final class SessionFlag: Sendable {
+        let current = Mutex<PeerConnection.InlineReads?>(nil)
+    }
 
     private struct State {
         /// Messages from the peer the socket had no room for, in order.
@@ -110,10 +119,14 @@ final class PeerMessageStream: Sendable {
         // count for holding credit. Reads are as large as a message plus one byte, so a
         // packet too large for a message is seen whole-sized (MSG_TRUNC) and refused.
         // Reads inline (no hand-off to a worker: a message's way through the daemon is a
-        // wakeup shorter): a batch is queued on the session without waiting (a busy session
-        // gets a task), so the reactor is held for at most one packet's encryption.
+        // wakeup shorter) while the session's are (`session`): a batch is queued on the
+        // session without waiting (a busy session gets a task), so the reactor is held for at
+        // most 64 KiB of packets (or one larger one) encrypted and written. Not before the
+        // first batch has shown which session that is.
+        let session = self.session
         channel = Channel(fd: fd, mode: .packet, label: "peer-stream.\(id)", outboxLimit: 1,
-                          readLimit: maxMessage + 1, batchLimit: 16, readsInline: { true })
+                          readLimit: maxMessage + 1, batchLimit: 16,
+                          readsInline: { session.current.withLock { $0?.allowed ?? false } })
         channel.start(onInput: { [weak self] batch in self?.send(batch) },
                       onEnd: { [weak self] end in
                           switch end {
@@ -147,6 +160,7 @@ final class PeerMessageStream: Sendable {
         let first: (queued: Int, session: PeerConnection)
         do {
             first = try node.sendNow(messages: fitting, to: peer, onQueued: count)
+            session.current.withLock { $0 = first.session.readsInline }
         } catch {
             return sent(batch, fitting.count, failure: error)
         }

@@ -25,10 +25,13 @@ import TLS
 /// `room(for:)` waits for it) plus one frame.
 ///
 /// Reads run inline (`Channel`'s `readsInline`: on the reactor's thread, no hand-off) while
-/// no resource is offered, sent or received: what a turn does is then bounded (at most 64
-/// KiB decrypted and decoded, messages handed on, frames written) and never waits for a
-/// disk; a resource's file is read (refills) or written and fsynced (a received file's end)
-/// on the connection's queue, which the reactor must not wait behind.
+/// the session is up and no resource is offered, sent or received: what a turn does is then
+/// bounded (at most 64 KiB decrypted and decoded, messages handed on, frames written) and
+/// does not wait for a disk. A resource's file is read (refills) or written and fsynced (a
+/// received file's end) under the connection's lock, and what a turn delivers after the lock
+/// may write to disk (the trust store when a session comes up, the transfer journal when a
+/// resource ends): the reactor must not wait for either, so reads are not inline while
+/// either may happen (resources) or happens (a delivery under way).
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64
@@ -47,13 +50,20 @@ public final class PeerConnection: Sendable {
     /// send it is ended `timeout` (`ConnectionTransfers.stalled`).
     let transferIdleTimeout: Duration
     let state: Mutex<State>
-    /// Whether reads may run inline now (see the type's documentation): set at the end of
-    /// each turn, read by the reactor without a lock (the state's lock is taken before the
-    /// watch's when writing, so the reactor must not take it under the watch's).
-    let readsInline: InlineReads
+    /// Whether reads may run inline now (see the type's documentation), for this connection
+    /// and for a message stream whose batches it takes (they write and refill under its
+    /// lock). Set by every `pump` (every turn and every send ends with one); read without a
+    /// lock (the state's lock is taken before the watch's when writing, so the reactor must
+    /// not take it under the watch's).
+    public let readsInline = InlineReads()
 
-    final class InlineReads: Sendable {
-        let allowed = Atomic<Bool>(true)
+    /// A flag read without a lock (see `readsInline`).
+    public final class InlineReads: Sendable {
+        private let flag = Atomic<Bool>(false)
+        /// Deliveries under way (after a turn's lock, on any thread).
+        let delivering = Atomic<Int>(0)
+        public var allowed: Bool { flag.load(ordering: .relaxed) && delivering.load(ordering: .acquiring) == 0 }
+        func set(_ on: Bool) { flag.store(on, ordering: .relaxed) }
     }
 
     /// What a sender hands over: the answer to `send(message:)` and `send(datagram:)`.
@@ -136,10 +146,9 @@ public final class PeerConnection: Sendable {
         self.onTransfer = onTransfer
         self.transferIdleTimeout = transferIdleTimeout
         queue = DispatchQueue(label: "peerlink.peer.\(id)", target: .global(qos: .userInitiated))
-        let inline = InlineReads()
-        readsInline = inline
+        let inline = readsInline
         channel = Channel(fd: fd, mode: .stream, label: "peer.\(id)", queue: queue, outboxLimit: 1,
-                          readsInline: { inline.allowed.load(ordering: .relaxed) })
+                          readsInline: { inline.allowed })
         state = Mutex(State(machine: ConnectionMachine(config: config, role: role),
                             scheduler: SendScheduler(maxQueuedBytes: maxQueuedBytes), transfers: ConnectionTransfers(role: role)))
     }
@@ -277,6 +286,11 @@ public final class PeerConnection: Sendable {
     }
 
     func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
+        if events.isEmpty && waiters.isEmpty { return }
+        // What is delivered may write to disk (see the type's documentation): the reactor
+        // does not wait behind it meanwhile.
+        readsInline.delivering.add(1, ordering: .releasing)
+        defer { readsInline.delivering.subtract(1, ordering: .releasing) }
         for w in waiters { w.resume(true) }
         // Messages in a row go on together; anything else after them, in order.
         var messages: [[UInt8]] = []
@@ -315,7 +329,6 @@ public final class PeerConnection: Sendable {
         pump(&s)
         events += takeLater(&s)
         armStallCheck(&s)
-        readsInline.allowed.store(!s.transfers.hasResources, ordering: .relaxed)
         return roomForWaiters(&s)
     }
 
@@ -495,6 +508,8 @@ public final class PeerConnection: Sendable {
     /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
     /// allows (then `roomForWaiters` says which senders may try again).
     func pump(_ s: inout State) {
+        // Before a refill can read a file: an offer just made turns inline reads off here.
+        readsInline.set(!s.closed && s.machine.state == .connected && !s.transfers.hasResources)
         var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
               let frame = s.machine.nextFrame(from: &s.scheduler) ?? refilled(&s) {

@@ -81,6 +81,8 @@ public final class Channel: Sendable {
     private let batchLimit: Int
     private let gather: Duration
     private let receivesDescriptors: Bool
+    /// `readsInline`'s predicate (nil: reads always on the queue).
+    let readsInline: (@Sendable () -> Bool)?
     let sendFault: (@Sendable () -> Int32?)?
     let watch: DescriptorWatch
     let state = Mutex(State())
@@ -153,6 +155,7 @@ public final class Channel: Sendable {
                 readLimit: Int = 65_536, batchLimit: Int = 64, gather: Duration = .zero, receivesDescriptors: Bool = false,
                 readsInline: (@Sendable () -> Bool)? = nil, sendFault: (@Sendable () -> Int32?)? = nil) {
         precondition(readsInline == nil || gather == .zero, "a gathering channel blocks its queue: its reads cannot run inline")
+        self.readsInline = readsInline
         self.sendFault = sendFault
         self.fd = fd
         self.mode = mode
@@ -188,15 +191,31 @@ public final class Channel: Sendable {
             s.started = true
             s.onInput = onInput
             s.onEnd = onEnd
-            watch.want(read: true)
+            // An inline channel reads on the queue first and then turns the watch on, or the
+            // reactor, woken at once, would wait in `sync` for that read (`readOnQueue`).
+            if readsInline != nil { s.readingOnQueue = true } else { watch.want(read: true) }
             return true
         }
         // Read what is already there now instead of waiting for the source's first event.
-        if go { queue.async { [weak self] in self?.readLoop() } }
+        if go { readOnQueue() }
+    }
+
+    /// A read pass on the queue: for an inline channel, `continueReading` (the watch's reading
+    /// is off until it is done); otherwise the plain loop beside the watch.
+    private func readOnQueue() {
+        if readsInline != nil {
+            queue.async { [weak self] in self?.continueReading() }
+        } else {
+            queue.async { [weak self] in self?.readLoop() }
+        }
     }
 
     /// Whether the channel is closed.
     public var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Whether the watch is asked to report the socket readable now (tests: a paused channel
+    /// must not be).
+    package var readingWanted: Bool { watch.wantsRead }
 
     /// Items written and `.full` answers so far.
     public var counts: Counts { state.withLock { $0.counts } }
@@ -226,11 +245,17 @@ public final class Channel: Sendable {
             guard s.readPaused else { return false }
             s.readPaused = false
             if s.closed || s.readEnded { return false }
-            // Not while an inline read's rest is read on the queue: it wants reading at its end.
-            if !s.readingOnQueue { watch.want(read: true) }
+            guard readsInline != nil else {
+                watch.want(read: true)
+                return true
+            }
+            // An inline channel: a pass on the queue, which turns the watch on at its end (one
+            // may be under way already: it does).
+            if s.readingOnQueue { return false }
+            s.readingOnQueue = true
             return true
         }
-        if go { queue.async { [weak self] in self?.readLoop() } }
+        if go { readOnQueue() }
     }
 
     /// Bytes read at most on the reactor's thread at a wakeup (`readsInline`).
@@ -242,7 +267,11 @@ public final class Channel: Sendable {
     /// queue to finish one).
     private func readableInline() {
         state.withLock { $0.counts.readWakeups += 1 }
-        guard readPasses(1, budget: Self.inlineBudget) == .more else { return }
+        // The predicate was asked before the reactor waited for the queue, whose turn may have
+        // changed it (a resource offered): asked again, the read goes to the queue if it no
+        // longer holds.
+        let outcome = readsInline?() == true ? readPasses(1, budget: Self.inlineBudget) : .more
+        guard outcome == .more else { return }
         let go = state.withLock { s -> Bool in
             guard !s.closed, !s.readPaused, !s.readEnded else { return false }
             s.readingOnQueue = true

@@ -126,6 +126,9 @@ public final class DescriptorWatch: Sendable {
         }
     }
 
+    /// Whether reading is wanted now (tests).
+    package var wantsRead: Bool { state.withLock { $0.wantRead } }
+
     /// Whether this runs on the reactor's thread (an inline read's handler does).
     public static var onReactorThread: Bool { pthread_getspecific(Reactor.shared.threadMark) != nil }
 

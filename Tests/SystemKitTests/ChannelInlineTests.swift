@@ -8,22 +8,29 @@ import Glibc
 #endif
 
 /// `Channel`'s inline reads (`readsInline`): on the reactor's thread inside the channel's
-/// queue while the predicate holds, at most `inlineBudget` bytes there and the rest on the
-/// queue, then inline again; pausing from an inline batch holds.
+/// queue while the predicate holds (asked again once the queue is free), at most
+/// `inlineBudget` bytes there and the rest on the queue, then inline again; pausing from an
+/// inline batch or from the queue's rest holds, and resuming reads the rest.
 @Suite struct ChannelInlineTests {
     /// Batches seen: their bytes and whether each ran on the reactor's thread.
     final class Seen: Sendable {
         let batches = Mutex<[(bytes: [UInt8], inline: Bool)]>([])
         let signal = AsyncSignal()
         let allowed = Atomic<Bool>(true)
+        /// Fired each time the predicate is asked (it holds the watch's lock then).
+        let asked = DispatchSemaphore(value: 0)
 
         var bytes: [UInt8] { batches.withLock { $0.flatMap(\.bytes) } }
         var count: Int { batches.withLock { $0.reduce(0) { $0 + $1.bytes.count } } }
 
         /// A started channel over `fd`; `onBatch` runs first for each batch (inside the queue).
-        func channel(_ fd: Int32, _ mode: Channel.Mode, onBatch: @escaping @Sendable (Channel) -> Void = { _ in }) -> Channel {
-            let c = Channel(fd: fd, mode: mode, label: "inline-test", outboxLimit: 1,
-                            readsInline: { [self] in allowed.load(ordering: .relaxed) })
+        func channel(_ fd: Int32, _ mode: Channel.Mode, batchLimit: Int = 64,
+                     onBatch: @escaping @Sendable (Channel) -> Void = { _ in }) -> Channel {
+            let c = Channel(fd: fd, mode: mode, label: "inline-test", outboxLimit: 1, batchLimit: batchLimit,
+                            readsInline: { [self] in
+                                asked.signal()
+                                return allowed.load(ordering: .relaxed)
+                            })
             c.start(onInput: { [self, weak c] batch in
                 guard let c else { return }
                 // Inline or not, a batch is handled inside the channel's queue.
@@ -62,15 +69,21 @@ import Glibc
     /// A stream channel, started, that finds `data` all there at its first wakeup: its queue
     /// is held while the peer (`theirs`) writes it, so the reactor, woken at the first byte,
     /// waits for the queue (briefly) and then reads.
-    static func burst(_ data: [UInt8], _ seen: Seen, onBatch: @escaping @Sendable (Channel) -> Void = { _ in }) throws -> (Channel, theirs: Int32) {
+    static func burst(_ data: [UInt8], _ seen: Seen, batchLimit: Int = 64,
+                      onBatch: @escaping @Sendable (Channel) -> Void = { _ in }) throws -> (Channel, theirs: Int32) {
         let (ours, theirs) = try ChannelTests.pair(ChannelTests.stream)
         var size: Int32 = 1 << 20
         _ = setsockopt(theirs, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        let c = seen.channel(ours, .stream, onBatch: onBatch)
+        let c = seen.channel(ours, .stream, batchLimit: batchLimit, onBatch: onBatch)
         let held = DispatchSemaphore(value: 0)
         c.queue.async { held.wait() }
         defer { held.signal() }
-        try SocketIO.sendAll(theirs, data)
+        // At once or not at all: a blocking write that did not fit would hang with the queue
+        // held (and the shared reactor waiting for it).
+        let n = data.withUnsafeBytes { send(theirs, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        guard n == data.count else {
+            throw SystemError(call: "send", code: n < 0 ? errno : EMSGSIZE, context: "the socket took \(n) of \(data.count) bytes")
+        }
         return (c, theirs)
     }
 
@@ -105,8 +118,64 @@ import Glibc
         #expect(await seen.signal.wait { seen.count > 0 })
         c.queue.sync {}
         #expect(seen.count == Channel.inlineBudget, "nothing after the pause")
+        #expect(!c.readingWanted, "the watch is not asked to read while paused")
         c.resumeReading()
         #expect(await seen.signal.wait { seen.count == data.count })
         #expect(seen.bytes == data)
+    }
+
+    /// A reader that pauses in a batch of the rest (read on the queue) gets nothing more, the
+    /// watch off, until it resumes; then the rest, and later writes inline again.
+    @Test func pausingInTheRestHoldsAndResumingReadsIt() async throws {
+        let seen = Seen()
+        let paused = Mutex(false)
+        let data = (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+        // A read a batch: the rest takes more than one.
+        let (c, theirs) = try Self.burst(data, seen, batchLimit: 1) { c in
+            guard !DescriptorWatch.onReactorThread else { return }
+            let first = paused.withLock { p in defer { p = true }; return !p }
+            if first { c.pauseReading() }
+        }
+        defer { closeQuietly(theirs) }
+        defer { c.close() }
+        #expect(await seen.signal.wait { seen.count > Channel.inlineBudget })
+        c.queue.sync {}
+        let held = seen.count
+        #expect(held < data.count, "the pause held the rest back")
+        #expect(!c.readingWanted)
+        c.resumeReading()
+        #expect(await seen.signal.wait { seen.count == data.count })
+        #expect(seen.bytes == data)
+        c.queue.sync {}
+        #expect(c.readingWanted, "reading is on again after the rest")
+        try SocketIO.sendAll(theirs, [9])
+        #expect(await seen.signal.wait { seen.count == data.count + 1 })
+        #expect(seen.batches.withLock { $0.last?.inline } == true)
+    }
+
+    /// The predicate held when the reactor woke, and no longer does once the queue is free
+    /// (a turn of the queue turned it off meanwhile: a resource offered): the read is not
+    /// inline.
+    @Test func thePredicateIsAskedAgainOnceTheQueueIsFree() async throws {
+        let (ours, theirs) = try ChannelTests.pair(ChannelTests.packet)
+        defer { closeQuietly(theirs) }
+        let seen = Seen()
+        let c = seen.channel(ours, .packet)
+        defer { c.close() }
+        while seen.asked.wait(timeout: .now()) == .success {}
+        // The queue is held until the reactor has asked (it then waits in `sync` behind this)
+        // and turns the predicate off before letting it in. Released by the queue itself: a
+        // test task holding it across an `await` would hold the reactor, and with it every
+        // test's I/O, whenever the pool is slow to resume the task.
+        let askedFirst = Mutex<Bool?>(nil)
+        c.queue.async {
+            let asked = seen.asked.wait(timeout: .now() + 10) == .success
+            seen.allowed.store(false, ordering: .relaxed)
+            askedFirst.withLock { $0 = asked }
+        }
+        try SocketIO.sendAll(theirs, [1, 2])
+        #expect(await seen.signal.wait { seen.count == 2 })
+        #expect(askedFirst.withLock { $0 } == true, "the reactor asked before waiting for the queue")
+        #expect(seen.batches.withLock { $0.map(\.inline) } == [false])
     }
 }
