@@ -31,7 +31,10 @@ import TLS
 /// received file's end) under the connection's lock, and what a turn delivers after the lock
 /// may write to disk (the trust store when a session comes up, the transfer journal when a
 /// resource ends): the reactor must not wait for either, so reads are not inline while
-/// either may happen (resources) or happens (a delivery under way).
+/// either may happen (resources) or happens (a delivery under way). Not closed: a wakeup
+/// between a queue turn's `pump` (which turns the flag on once the last resource ended) and
+/// its delivery counting itself passes the predicate and waits for that delivery; and a
+/// peer's offer read inline is checked against the inbox (open, statvfs) inline.
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64

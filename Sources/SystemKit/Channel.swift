@@ -295,6 +295,19 @@ public final class Channel: Sendable {
 
     private func readable() {
         state.withLock { $0.counts.readWakeups += 1 }
+        if readsInline != nil {
+            // An inline channel whose predicate did not hold: its read on the queue turns the
+            // watch off until it is done, as an inline read's rest does, or the reactor, woken
+            // again with the predicate holding by then, would wait in `sync` for the loop.
+            let go = state.withLock { s -> Bool in
+                guard !s.closed, !s.readPaused, !s.readEnded, !s.readingOnQueue else { return false }
+                s.readingOnQueue = true
+                watch.want(read: false)
+                return true
+            }
+            if go { continueReading() }
+            return
+        }
         if gather > .zero {
             // Gathering: wait here, then read the burst. The channel's queue has a thread of
             // its own while it blocks (see `init`), and the watch does not arm reading again

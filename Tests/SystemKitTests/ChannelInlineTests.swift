@@ -178,4 +178,23 @@ import Glibc
         #expect(askedFirst.withLock { $0 } == true, "the reactor asked before waiting for the queue")
         #expect(seen.batches.withLock { $0.map(\.inline) } == [false])
     }
+
+    /// A wakeup whose predicate did not hold reads on the queue with the watch's reading off
+    /// until it is done (as an inline read's rest does): woken again meanwhile with the
+    /// predicate holding, the reactor would wait for the whole loop.
+    @Test func aReadOnTheQueueTurnsTheWatchOffUntilItIsDone() async throws {
+        let seen = Seen()
+        seen.allowed.store(false, ordering: .relaxed)
+        let wanted = Mutex<[Bool]>([])
+        let data = (0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 3 &+ 1) }
+        let (c, theirs) = try Self.burst(data, seen, batchLimit: 1) { c in wanted.withLock { $0.append(c.readingWanted) } }
+        defer { closeQuietly(theirs) }
+        defer { c.close() }
+        #expect(await seen.signal.wait { seen.count == data.count })
+        #expect(seen.bytes == data)
+        #expect(seen.batches.withLock { $0.allSatisfy { !$0.inline } })
+        #expect(wanted.withLock { $0 }.allSatisfy { !$0 }, "the watch was off during the reads: \(wanted.withLock { $0 })")
+        c.queue.sync {}
+        #expect(c.readingWanted, "and on again after them")
+    }
 }
