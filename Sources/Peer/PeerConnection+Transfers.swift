@@ -145,8 +145,7 @@ extension PeerConnection {
     /// connection brought no data at all and the peer's windows let it send
     /// (`ConnectionTransfers.stalled`).
     private func lookForStalls() {
-        var events: [Delivered] = []
-        let waiters = state.withLock { s -> [RoomWaiter] in
+        turn { s, events in
             s.stallCheckArmed = false
             guard !s.closed else { return [] }
             let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
@@ -155,18 +154,15 @@ extension PeerConnection {
             apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
             return endOfTurn(&s, &events)
         }
-        deliver(events, waiters)
     }
 
     private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
         queue.async { [self] in
-            var events: [Delivered] = []
-            let waiters = state.withLock { s -> [RoomWaiter] in
+            turn { s, events in
                 guard !s.closed else { return [] }
                 apply(body(&s), &s, &events)
                 return endOfTurn(&s, &events)
             }
-            deliver(events, waiters)
         }
     }
 }

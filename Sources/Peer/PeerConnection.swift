@@ -31,10 +31,9 @@ import TLS
 /// received file's end) under the connection's lock, and what a turn delivers after the lock
 /// may write to disk (the trust store when a session comes up, the transfer journal when a
 /// resource ends): the reactor must not wait for either, so reads are not inline while
-/// either may happen (resources) or happens (a delivery under way). Not closed: a wakeup
-/// between a queue turn's `pump` (which turns the flag on once the last resource ended) and
-/// its delivery counting itself passes the predicate and waits for that delivery; and a
-/// peer's offer read inline is checked against the inbox (open, statvfs) inline.
+/// either may happen (resources) or happens (a delivery under way, counted from before the
+/// turn's lock: `turn`). Left: a peer's offer read inline is checked against the inbox
+/// (open, statvfs) inline.
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64
@@ -260,20 +259,29 @@ public final class PeerConnection: Sendable {
     // MARK: On the queue
 
     private func run(_ input: ConnectionInput) {
-        var events: [Delivered] = []
-        let waiters = state.withLock { s -> [RoomWaiter] in
+        turn { s, events in
             guard !s.closed || input == .transportClosed else { return [] }
             let actions = s.machine.handle(input, now: .now)
             perform(actions, &s, &events)
             ingestPendingTLS(&s, &events)
             return endOfTurn(&s, &events)
         }
+    }
+
+    /// A turn: `body` under the lock, then what it delivers. Counted as a delivery from
+    /// before the lock (`InlineReads`): the turn's `pump` may turn inline reads on (its last
+    /// resource ended) before its delivery writes to disk (the journal), and a wakeup in
+    /// between must not pass the predicate and wait for that.
+    func turn(_ body: (inout State, inout [Delivered]) -> [RoomWaiter]) {
+        readsInline.delivering.add(1, ordering: .releasing)
+        defer { readsInline.delivering.subtract(1, ordering: .releasing) }
+        var events: [Delivered] = []
+        let waiters = state.withLock { s in body(&s, &events) }
         deliver(events, waiters)
     }
 
     private func received(_ chunks: [[UInt8]]) {
-        var events: [Delivered] = []
-        let waiters = state.withLock { s -> [RoomWaiter] in
+        turn { s, events in
             for chunk in chunks where !s.inputDead {
                 if s.tls != nil {
                     ingestTLS(chunk, &s, &events)
@@ -285,7 +293,6 @@ public final class PeerConnection: Sendable {
             }
             return endOfTurn(&s, &events)
         }
-        deliver(events, waiters)
     }
 
     func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
@@ -596,21 +603,21 @@ public final class PeerConnection: Sendable {
     }
 
     private func channelHasRoom(_ open: Bool) {
-        let (waiters, events) = state.withLock { s -> ([RoomWaiter], [Delivered]) in
+        turn { s, events in
             s.waitingForChannel = false
-            guard open else { return ([], []) }
+            guard open else { return [] }
             while let first = s.stalled.first {
                 guard channel.send(first) != .full else { break }
                 s.stalled.removeFirst()
             }
             if s.closed {
                 if s.stalled.isEmpty { closeChannelWhenFlushed() } else { waitForChannel(&s) }
-                return ([], [])
+                return []
             }
             pump(&s)
-            return (roomForWaiters(&s), takeLater(&s))
+            events += takeLater(&s)
+            return roomForWaiters(&s)
         }
-        deliver(events, waiters)
     }
 
     // MARK: Closing
