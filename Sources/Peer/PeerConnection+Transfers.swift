@@ -13,16 +13,14 @@ extension PeerConnection {
     /// when the session is not up. Its bytes are read when the peer accepts. `bind` gets the
     /// id before the offer can go, so the caller knows it before any answer is reported.
     public func offerResource(_ file: OutgoingFile, name: String, bind: (UInt32) -> Void = { _ in }) -> UInt32? {
-        let (id, events) = state.withLock { s -> (UInt32?, [Delivered]) in
-            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
+        turn { s, _ -> UInt32? in
+            guard !s.closed, s.machine.state == .connected else { return nil }
             let (id, frame) = s.transfers.offer(file, name: name, now: .now)
             bind(id)
             if let frame { enqueue(frame, &s) }
             pump(&s)
-            return (id, takeLater(&s))
+            return id
         }
-        deliver(events, [])
-        return id
     }
 
     /// Accepts the peer's offer `id` into `inbox` (resuming a part it left before). The part
@@ -60,17 +58,15 @@ extension PeerConnection {
     /// (`writeStream`); the peer may decline it (reported as `streamEnded`). `bind` gets the
     /// id before STREAM_OPEN can go, so the caller knows it before any answer is reported.
     public func openStream(name: String, bind: (UInt32) -> Void = { _ in }) throws(PeerError) -> UInt32? {
-        let (id, events) = try state.withLock { s throws(PeerError) -> (UInt32?, [Delivered]) in
-            guard !s.closed, s.machine.state == .connected else { return (nil, []) }
+        try turn { s, _ -> Result<UInt32?, PeerError> in
+            guard !s.closed, s.machine.state == .connected else { return .success(nil) }
             let opened: (id: UInt32, frame: Frame)
-            do { opened = try s.transfers.openStream(name: name) } catch { throw .invalid("name", "\(error)") }
+            do { opened = try s.transfers.openStream(name: name) } catch { return .failure(.invalid("name", "\(error)")) }
             bind(opened.id)
             enqueue(opened.frame, &s)
             pump(&s)
-            return (opened.id, takeLater(&s))
-        }
-        deliver(events, [])
-        return id
+            return .success(opened.id)
+        }.get()
     }
 
     /// Gives outgoing stream `id` its next bytes. `done(true)` once they are all in the send
@@ -78,16 +74,12 @@ extension PeerConnection {
     /// peer's credit paces the writer), `done(false)` when the stream or the connection ended
     /// first. `done` runs outside the connection's lock, perhaps at once on this thread.
     public func writeStream(_ id: UInt32, _ chunks: [[UInt8]], done: @escaping @Sendable (Bool) -> Void) {
-        let (events, waiters) = state.withLock { s -> ([Delivered], [RoomWaiter]) in
-            if s.closed { return ([.wake(done, false)], []) }
-            var events: [Delivered] = []
+        turn { s, events in
+            if s.closed { return events.append(.wake(done, false)) }
             apply(s.transfers.writeStream(id, chunks, done: done), &s, &events)
             // Written from the caller's thread, as `send(messages:)` is.
             pump(&s)
-            events += takeLater(&s)
-            return (events, roomForWaiters(&s))
         }
-        deliver(events, waiters)
     }
 
     /// Ends outgoing stream `id` normally: its close follows the bytes given so far, and the
@@ -147,21 +139,21 @@ extension PeerConnection {
     private func lookForStalls() {
         turn { s, events in
             s.stallCheckArmed = false
-            guard !s.closed else { return [] }
+            guard !s.closed else { return }
             let blocked = Set(s.transfers.awaitedData.filter { !s.machine.peerMaySend($0.bytes, on: $0.id) }.map(\.id))
             let dataArrived = s.dataSinceStallLook
             s.dataSinceStallLook = false
             apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
-            return endOfTurn(&s, &events)
+            endOfTurn(&s, &events)
         }
     }
 
     private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
         queue.async { [self] in
             turn { s, events in
-                guard !s.closed else { return [] }
+                guard !s.closed else { return }
                 apply(body(&s), &s, &events)
-                return endOfTurn(&s, &events)
+                endOfTurn(&s, &events)
             }
         }
     }

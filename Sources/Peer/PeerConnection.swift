@@ -42,9 +42,9 @@ public final class PeerConnection: Sendable {
     /// The other end's address.
     public let remote: SocketAddress
     let queue: DispatchQueue
-    private let channel: Channel
+    let channel: Channel
     private let identity: TLSIdentity
-    private let logger: Logger
+    let logger: Logger
     private let onEvent: @Sendable (PeerConnection, ConnectionEvent) -> Void
     private let onMessages: @Sendable (PeerConnection, [[UInt8]]) -> Void
     private let onTransfer: @Sendable (PeerConnection, TransferEvent) -> Void
@@ -202,8 +202,8 @@ public final class PeerConnection: Sendable {
     /// the first one not taken got (`.busy`: nothing of it was queued; try it again after
     /// `room(for:)`).
     public func send(messages: some Collection<[UInt8]>) -> (queued: Int, result: SendResult) {
-        let (queued, result, waiters, events) = state.withLock { s -> (Int, SendResult, [RoomWaiter], [Delivered]) in
-            if s.closed { return (0, .refused("the connection is closed"), [], []) }
+        turn { s, _ -> (queued: Int, result: SendResult) in
+            if s.closed { return (0, .refused("the connection is closed")) }
             var n = 0
             var result = SendResult.queued
             for m in messages {
@@ -211,13 +211,11 @@ public final class PeerConnection: Sendable {
                 guard result == .queued else { break }
                 n += 1
             }
-            guard n > 0 else { return (0, result, [], []) }
+            guard n > 0 else { return (0, result) }
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
             pump(&s)
-            return (n, result, roomForWaiters(&s), takeLater(&s))
+            return (n, result)
         }
-        deliver(events, waiters)
-        return (queued, result)
     }
 
     /// Queues an unreliable datagram now: `.queued`, or `.dropped` (counted) when its lane
@@ -227,16 +225,13 @@ public final class PeerConnection: Sendable {
     }
 
     private func sending(_ body: (inout State) -> SendResult) -> SendResult {
-        let (result, waiters, events) = state.withLock { s -> (SendResult, [RoomWaiter], [Delivered]) in
-            if s.closed { return (.refused("the connection is closed"), [], []) }
+        turn { s, _ in
+            if s.closed { return .refused("the connection is closed") }
             let r = body(&s)
             // Written from the caller's thread, as `Channel.send` does: no hop per message.
-            guard r == .queued else { return (r, [], []) }
-            pump(&s)
-            return (r, roomForWaiters(&s), takeLater(&s))
+            if r == .queued { pump(&s) }
+            return r
         }
-        deliver(events, waiters)
-        return result
     }
 
     /// Waits until the lanes would take a message of `bytes` (true), or the connection is
@@ -260,24 +255,32 @@ public final class PeerConnection: Sendable {
 
     private func run(_ input: ConnectionInput) {
         turn { s, events in
-            guard !s.closed || input == .transportClosed else { return [] }
+            guard !s.closed || input == .transportClosed else { return }
             let actions = s.machine.handle(input, now: .now)
             perform(actions, &s, &events)
             ingestPendingTLS(&s, &events)
-            return endOfTurn(&s, &events)
+            endOfTurn(&s, &events)
         }
     }
 
-    /// A turn: `body` under the lock, then what it delivers. Counted as a delivery from
-    /// before the lock (`InlineReads`): the turn's `pump` may turn inline reads on (its last
-    /// resource ended) before its delivery writes to disk (the journal), and a wakeup in
-    /// between must not pass the predicate and wait for that.
-    func turn(_ body: (inout State, inout [Delivered]) -> [RoomWaiter]) {
+    /// Every change of the state, from the queue (a turn) or from a caller's thread (a send,
+    /// a command): `body` under the lock, then what writing left for after it (`later`) and
+    /// the senders the lanes have room for now, then their delivery, in order. Counted as a
+    /// delivery from before the lock (`InlineReads`): the `pump` in `body` may turn inline
+    /// reads on (its last resource ended) before the delivery writes to disk (the journal),
+    /// and a wakeup in between must not pass the predicate and wait for that.
+    @discardableResult
+    func turn<R: Sendable>(_ body: (inout State, inout [Delivered]) -> R) -> R {
         readsInline.delivering.add(1, ordering: .releasing)
         defer { readsInline.delivering.subtract(1, ordering: .releasing) }
         var events: [Delivered] = []
-        let waiters = state.withLock { s in body(&s, &events) }
+        let (result, waiters) = state.withLock { s in
+            let r = body(&s, &events)
+            events += takeLater(&s)
+            return (r, roomForWaiters(&s))
+        }
         deliver(events, waiters)
+        return result
     }
 
     private func received(_ chunks: [[UInt8]]) {
@@ -291,16 +294,13 @@ public final class PeerConnection: Sendable {
                 }
                 ingestPendingTLS(&s, &events)
             }
-            return endOfTurn(&s, &events)
+            endOfTurn(&s, &events)
         }
     }
 
-    func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
-        if events.isEmpty && waiters.isEmpty { return }
-        // What is delivered may write to disk (see the type's documentation): the reactor
-        // does not wait behind it meanwhile.
-        readsInline.delivering.add(1, ordering: .releasing)
-        defer { readsInline.delivering.subtract(1, ordering: .releasing) }
+    /// Hands a turn's events on after its lock (`turn` counts it: what is delivered may
+    /// write to disk).
+    private func deliver(_ events: [Delivered], _ waiters: [RoomWaiter]) {
         for w in waiters { w.resume(true) }
         // Messages in a row go on together; anything else after them, in order.
         var messages: [[UInt8]] = []
@@ -323,23 +323,22 @@ public final class PeerConnection: Sendable {
     }
 
     /// The transfer events and wakeups that writing produced, for delivery after the lock.
-    func takeLater(_ s: inout State) -> [Delivered] {
+    private func takeLater(_ s: inout State) -> [Delivered] {
         defer { s.later = [] }
         return s.later
     }
 
     /// After the machine's actions: a control lane that overflowed closes the connection
-    /// (`busy`), and whatever may go now is written (a CREDIT received, a frame queued).
-    func endOfTurn(_ s: inout State, _ events: inout [Delivered]) -> [RoomWaiter] {
+    /// (`busy`), whatever may go now is written (a CREDIT received, a frame queued), and a
+    /// look for stalled resources is due if one is being received.
+    func endOfTurn(_ s: inout State, _ events: inout [Delivered]) {
         if s.controlOverflow, !s.closed {
             s.controlOverflow = false
             let why = "more than \(s.scheduler.maxControlFrames) control frames wait while the peer does not read"
             perform(s.machine.handle(.close(.busy, text: why), now: .now), &s, &events)
         }
         pump(&s)
-        events += takeLater(&s)
         armStallCheck(&s)
-        return roomForWaiters(&s)
     }
 
     /// Decodes and hands on every whole frame; stops at a `startTLS` (what follows is TLS).
@@ -507,140 +506,5 @@ public final class PeerConnection: Sendable {
         } catch {
             perform(s.machine.handle(.tlsFailed(error.description), now: .now), &s, &events)
         }
-    }
-
-    // MARK: Writing (under the lock)
-
-    /// Frames written together, at most (then the channel's room is checked again): one TLS
-    /// record's worth, so small frames share a record and a write instead of one each.
-    static let writeBatchBytes = 16_384
-
-    /// Writes frames from the lanes while the channel's outbox is empty and the peer's credit
-    /// allows (then `roomForWaiters` says which senders may try again).
-    func pump(_ s: inout State) {
-        // Before a refill can read a file: an offer just made turns inline reads off here.
-        readsInline.set(!s.closed && s.machine.state == .connected && !s.transfers.hasResources)
-        var batch: [UInt8] = []
-        while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
-              let frame = s.machine.nextFrame(from: &s.scheduler) ?? refilled(&s) {
-            do {
-                try FrameEncoder.append(frame, to: &batch)
-            } catch {
-                // The machine builds only valid frames; an invalid one is a bug, said loudly.
-                logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
-                continue
-            }
-            if case .close = frame {
-                // CLOSE is the last frame: what is still queued will never go.
-                s.closeWritten = true
-                s.scheduler = SendScheduler(maxQueuedBytes: s.scheduler.maxQueuedBytes)
-            }
-            if batch.count >= Self.writeBatchBytes {
-                write(batch, &s)
-                batch = []
-            }
-        }
-        write(batch, &s)
-        if !s.closed, !s.stalled.isEmpty || !channel.hasRoom { waitForChannel(&s) }
-    }
-
-    /// The next frame after reading more of the resources being sent (nil: nothing may go).
-    private func refilled(_ s: inout State) -> Frame? {
-        guard !s.transfers.isEmpty else { return nil }
-        let o = s.transfers.refill(&s.scheduler, now: .now)
-        for id in o.dropped {
-            _ = s.scheduler.removeStream(id)
-            _ = s.machine.handle(.streamEnded(streamID: id), now: .now)
-        }
-        // Into the lanes only: `enqueue` writes at once in plain text, which inside `pump`
-        // would put these frames before the batch being built.
-        for f in o.frames where s.scheduler.enqueue(f) == .busy { s.controlOverflow = true }
-        s.later += o.events.map { .transfer($0) }
-        s.later += o.wakeups.map { .wake($0.0, $0.1) }
-        return s.machine.nextFrame(from: &s.scheduler)
-    }
-
-    /// The waiters, in order, whose message the lanes would take now.
-    func roomForWaiters(_ s: inout State) -> [RoomWaiter] {
-        var ready: [RoomWaiter] = []
-        while let w = s.roomWaiters.first, s.scheduler.canAccept(byteCount: w.bytes) {
-            ready.append(w)
-            s.roomWaiters.removeFirst()
-        }
-        return ready
-    }
-
-    /// Encoded frames to the transport: through TLS when the session has it.
-    private func write(_ frames: [UInt8], _ s: inout State) {
-        guard !frames.isEmpty else { return }
-        guard let tls = s.tls else { return transmit(frames, &s) }
-        do {
-            try tls.write(frames)
-        } catch {
-            logger.warning("TLS refused frames", ["peer.connection": "\(id)", "error": "\(error)"])
-            return
-        }
-        transmit(tls.takeOutgoing(), &s)
-    }
-
-    /// Hands transport bytes to the channel in order; what it has no room for waits (a frame
-    /// never does: it is taken only when there is room).
-    private func transmit(_ bytes: [UInt8], _ s: inout State) {
-        guard !bytes.isEmpty, !s.closed else { return }
-        if s.stalled.isEmpty, channel.send(bytes) != .full { return }
-        s.stalled.append(bytes)
-        waitForChannel(&s)
-    }
-
-    private func waitForChannel(_ s: inout State) {
-        guard !s.waitingForChannel else { return }
-        s.waitingForChannel = true
-        // The handler may run at once, on this thread, inside our lock: hop to the queue.
-        channel.whenRoom { [weak self] open in
-            guard let self else { return }
-            self.queue.async { self.channelHasRoom(open) }
-        }
-    }
-
-    private func channelHasRoom(_ open: Bool) {
-        turn { s, events in
-            s.waitingForChannel = false
-            guard open else { return [] }
-            while let first = s.stalled.first {
-                guard channel.send(first) != .full else { break }
-                s.stalled.removeFirst()
-            }
-            if s.closed {
-                if s.stalled.isEmpty { closeChannelWhenFlushed() } else { waitForChannel(&s) }
-                return []
-            }
-            pump(&s)
-            events += takeLater(&s)
-            return roomForWaiters(&s)
-        }
-    }
-
-    // MARK: Closing
-
-    private func closeTransport(_ s: inout State) {
-        guard !s.closed else { return }
-        pump(&s)  // a CLOSE still in its lane goes if the socket takes it
-        if let tls = s.tls {
-            tls.close()
-            transmit(tls.takeOutgoing(), &s)
-        }
-        s.closed = true
-        let waiters = s.roomWaiters
-        s.roomWaiters = []
-        queue.async { for w in waiters { w.resume(false) } }
-        if s.stalled.isEmpty { closeChannelWhenFlushed() }
-        // A peer that stops reading must not keep the socket: close it after a moment anyway.
-        let channel = self.channel
-        queue.asyncAfter(deadline: .now() + .seconds(2)) { channel.close() }
-    }
-
-    private func closeChannelWhenFlushed() {
-        let channel = self.channel
-        channel.whenFlushed { channel.close() }
     }
 }

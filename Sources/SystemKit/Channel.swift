@@ -191,13 +191,13 @@ public final class Channel: Sendable {
             s.started = true
             s.onInput = onInput
             s.onEnd = onEnd
-            // An inline channel reads on the queue first and then turns the watch on, or the
-            // reactor, woken at once, would wait in `sync` for that read (`readOnQueue`).
-            if readsInline != nil { s.readingOnQueue = true } else { watch.want(read: true) }
+            if readsInline == nil { watch.want(read: true) }
             return true
         }
-        // Read what is already there now instead of waiting for the source's first event.
-        if go { readOnQueue() }
+        // Read what is already there now instead of waiting for the source's first event. An
+        // inline channel reads on the queue first and then turns the watch on, or the
+        // reactor, woken at once, would wait in `sync` for that read.
+        if go, readsInline == nil || handOffToQueue() { readOnQueue() }
     }
 
     /// A read pass on the queue: for an inline channel, `continueReading` (the watch's reading
@@ -245,17 +245,25 @@ public final class Channel: Sendable {
             guard s.readPaused else { return false }
             s.readPaused = false
             if s.closed || s.readEnded { return false }
-            guard readsInline != nil else {
-                watch.want(read: true)
-                return true
-            }
-            // An inline channel: a pass on the queue, which turns the watch on at its end (one
-            // may be under way already: it does).
-            if s.readingOnQueue { return false }
-            s.readingOnQueue = true
+            if readsInline == nil { watch.want(read: true) }
             return true
         }
-        if go { readOnQueue() }
+        // An inline channel: a pass on the queue, which turns the watch on at its end (one may
+        // be under way already: it does).
+        if go, readsInline == nil || handOffToQueue() { readOnQueue() }
+    }
+
+    /// An inline channel's reading moves to the queue (`continueReading`, which the caller
+    /// starts when this says true): the watch's reading is off until it is done, so the
+    /// reactor, woken meanwhile, does not wait in `sync` for it. False when reading stopped or
+    /// a pass on the queue is under way already.
+    private func handOffToQueue() -> Bool {
+        state.withLock { s in
+            guard !s.closed, !s.readPaused, !s.readEnded, !s.readingOnQueue else { return false }
+            s.readingOnQueue = true
+            watch.want(read: false)
+            return true
+        }
     }
 
     /// Bytes read at most on the reactor's thread at a wakeup (`readsInline`).
@@ -271,14 +279,7 @@ public final class Channel: Sendable {
         // changed it (a resource offered): asked again, the read goes to the queue if it no
         // longer holds.
         let outcome = readsInline?() == true ? readPasses(1, budget: Self.inlineBudget) : .more
-        guard outcome == .more else { return }
-        let go = state.withLock { s -> Bool in
-            guard !s.closed, !s.readPaused, !s.readEnded else { return false }
-            s.readingOnQueue = true
-            watch.want(read: false)
-            return true
-        }
-        if go { queue.async { [weak self] in self?.continueReading() } }
+        if outcome == .more, handOffToQueue() { queue.async { [weak self] in self?.continueReading() } }
     }
 
     /// The rest of an inline read's wakeup, on the queue; then the watch reads again.
@@ -299,13 +300,7 @@ public final class Channel: Sendable {
             // An inline channel whose predicate did not hold: its read on the queue turns the
             // watch off until it is done, as an inline read's rest does, or the reactor, woken
             // again with the predicate holding by then, would wait in `sync` for the loop.
-            let go = state.withLock { s -> Bool in
-                guard !s.closed, !s.readPaused, !s.readEnded, !s.readingOnQueue else { return false }
-                s.readingOnQueue = true
-                watch.want(read: false)
-                return true
-            }
-            if go { continueReading() }
+            if handOffToQueue() { continueReading() }
             return
         }
         if gather > .zero {

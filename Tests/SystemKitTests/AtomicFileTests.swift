@@ -9,9 +9,10 @@ import Testing
 @Suite struct AtomicFileTests {
     static func makeDirectory() throws -> String {
         var template = Array("/tmp/peerlink-atomic-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        guard made != nil else { throw SystemError(call: "mkdtemp", code: errno) }
-        return String(cString: template)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw SystemError(call: "mkdtemp", code: errno)
+        }
+        return String(cString: made)
     }
 
     static func removeDirectory(_ path: String) {
