@@ -22,6 +22,7 @@ final class DaemonHarness: Sendable {
     let socketPath: String
     let logPath: String
     private let child: ChildProcess
+    /// An issue was recorded for this daemon's end (`report`).
     private let crashReported = Mutex(false)
 
     init(busAddress: String, maxClients: Int = 256, maxRequestBytes: Int = 1_048_576, requestTimeout: Double = 30,
@@ -82,12 +83,13 @@ final class DaemonHarness: Sendable {
         throw TestSupportError("status never matched; last: \(last)")
     }
 
-    /// Stops the daemon with SIGTERM; returns its exit code.
-    @discardableResult
-    /// Stops the daemon (SIGTERM) and returns its exit code and everything it logged.
+    /// Stops the daemon (SIGTERM) and returns its exit code and everything it logged. A
+    /// daemon that does not exit within 5 s of SIGTERM is killed, and that is an issue of
+    /// the test that stops it (a hang at stop: systemd would kill it too, after its timeout).
     func stopReadingLog() -> (status: Int32, log: String) {
         let st = ChildProcess.exitCode(child.stop())
         let text = log
+        if child.neededKillAtStop { report("peerlinkd did not exit within 5 s of SIGTERM and was killed", text) }
         reportCrash(st, text)
         try? FileManager.default.removeItem(atPath: directory)
         return (st, text)
@@ -107,9 +109,14 @@ final class DaemonHarness: Sendable {
     static let crashSignals: Set<Int32> = [SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV]
 
     private func reportCrash(_ status: Int32, _ log: String) {
-        guard status > 128, Self.crashSignals.contains(status - 128),
-              crashReported.withLock({ r in defer { r = true }; return !r }) else { return }
-        Issue.record("peerlinkd crashed (exit \(status), signal \(status - 128)); its log:\n\(log.suffix(4000))")
+        guard status > 128, Self.crashSignals.contains(status - 128) else { return }
+        report("peerlinkd crashed (exit \(status), signal \(status - 128))", log)
+    }
+
+    /// Records `what` as an issue with the end of the daemon's log, once per daemon.
+    private func report(_ what: String, _ log: String) {
+        guard crashReported.withLock({ r in defer { r = true }; return !r }) else { return }
+        Issue.record("\(what); its log:\n\(log.suffix(4000))")
     }
 
     deinit { stop() }

@@ -13,6 +13,7 @@ public final class ChildProcess: Sendable {
     /// The child's process id.
     public let pid: pid_t
     private let status = Mutex<Int32?>(nil)
+    private let killedAtStop = Atomic<Bool>(false)
 
     /// Starts `path` with `arguments`; the child's stdin/stdout/stderr become the given
     /// descriptors (nil: /dev/null). Extra environment entries are added to ours.
@@ -105,9 +106,14 @@ public final class ChildProcess: Sendable {
         if let s = status.withLock({ $0 }) { return s }
         kill(pid, SIGTERM)
         if let s = wait(timeout: grace) { return s }
+        killedAtStop.store(true, ordering: .relaxed)
         kill(pid, SIGKILL)
         return wait() ?? -1
     }
+
+    /// Whether `stop` had to kill the child: it did not exit within its grace after SIGTERM
+    /// (a hang at stop, which a test that stops it should report).
+    public var neededKillAtStop: Bool { killedAtStop.load(ordering: .relaxed) }
 
     deinit { if status.withLock({ $0 }) == nil { stop() } }
 }
