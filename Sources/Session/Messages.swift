@@ -47,8 +47,15 @@ public struct MessageAssembler: Sendable {
     /// An assembler for a new connection.
     public init() {}
 
+    /// The most a message in progress reserves at its first fragment: below 128 KiB with the
+    /// array's header and malloc's own (see `receive`).
+    static let firstReserve = 128 * 1024 - 256
+
     /// Bytes held for the message in progress.
     public var bufferedByteCount: Int { partial.count }
+
+    /// Bytes reserved for the message in progress (tests: see `firstReserve`).
+    package var reservedByteCount: Int { partial.capacity }
 
     /// Why fragments were refused; the connection is closed with `reason`.
     public struct Violation: Error, Sendable, Hashable {
@@ -74,10 +81,13 @@ public struct MessageAssembler: Sendable {
             return Array(f.data)
         }
         if !inProgress {
-            // Room for this fragment and a whole next one: a message just over one fragment
+            // Room for this fragment and most of a next one: a message just over one fragment
             // (64 KiB written at once) is then put together without a second copy of the
             // first fragment when the array grows. Longer ones grow by doubling from there.
-            partial.reserveCapacity(f.data.count + Wire.maxFragmentData)
+            // Kept under glibc's mmap threshold (128 KiB, which the daemon fixes): two whole
+            // fragments are just over it, and each 64 KiB message was then an mmap, a page
+            // fault per page and an munmap (a twentieth of both daemons' CPU).
+            partial.reserveCapacity(min(f.data.count + Wire.maxFragmentData, Self.firstReserve))
         }
         partial += f.data
         inProgress = true

@@ -358,6 +358,7 @@ public final class Channel: Sendable {
         for _ in 0..<passes {
             guard let onInput = state.withLock({ s in s.closed || s.readPaused || s.readEnded ? nil : s.onInput }) else { return .stopped }
             var batch: [[UInt8]] = []
+            batch.reserveCapacity(batchLimit)  // not grown 1, 2, 4... per pass
             var end: End?
             var drained = false
             while batch.count < batchLimit {
