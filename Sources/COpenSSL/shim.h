@@ -29,8 +29,10 @@
 
 /// Every OpenSSL function the TLS module calls. A call that is not listed here does not link.
 #define PEERLINK_OPENSSL_FUNCTIONS(F) \
-    F(BIO_ctrl) F(BIO_ctrl_pending) F(BIO_free) \
-    F(BIO_new) F(BIO_read) F(BIO_s_mem) \
+    F(BIO_clear_flags) F(BIO_ctrl) F(BIO_ctrl_pending) F(BIO_free) \
+    F(BIO_get_data) F(BIO_get_new_index) F(BIO_meth_new) \
+    F(BIO_meth_set_ctrl) F(BIO_meth_set_destroy) F(BIO_meth_set_read_ex) F(BIO_meth_set_write_ex) \
+    F(BIO_new) F(BIO_read) F(BIO_s_mem) F(BIO_set_data) F(BIO_set_flags) F(BIO_set_init) \
     F(BIO_up_ref) F(BIO_write) F(BN_bin2bn) \
     F(BN_free) F(BN_to_ASN1_INTEGER) F(CRYPTO_get_ex_new_index) \
     F(ERR_clear_error) F(ERR_error_string_n) F(ERR_get_error) \

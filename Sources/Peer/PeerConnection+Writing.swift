@@ -22,8 +22,9 @@ extension PeerConnection {
         var batch: [UInt8] = []
         while !s.closed, !s.closeWritten, s.stalled.isEmpty, channel.hasRoom,
               let frame = s.machine.nextFrame(from: &s.scheduler) ?? refilled(&s) {
+            let data: ArraySlice<UInt8>
             do {
-                try FrameEncoder.append(frame, to: &batch)
+                data = try FrameEncoder.appendAllButData(frame, to: &batch)
             } catch {
                 // The machine builds only valid frames; an invalid one is a bug, said loudly.
                 logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
@@ -34,9 +35,21 @@ extension PeerConnection {
                 s.closeWritten = true
                 s.scheduler = SendScheduler(maxQueuedBytes: s.scheduler.maxQueuedBytes)
             }
-            if batch.count >= Self.writeBatchBytes {
-                write(batch, &s)
+            let room = Self.writeBatchBytes - batch.count
+            if s.tls != nil, data.count > room {
+                // Bulk data past the batch's record is encrypted from where it lies (the
+                // message, the file's chunk) instead of copied after its header first: the
+                // batch is filled to a record, so as many records go as before.
+                let head = max(room, 0)
+                batch += data.prefix(head)
+                write(batch, then: data.dropFirst(head), &s)
                 batch = []
+            } else {
+                batch += data
+                if batch.count >= Self.writeBatchBytes {
+                    write(batch, &s)
+                    batch = []
+                }
             }
         }
         write(batch, &s)
@@ -69,12 +82,14 @@ extension PeerConnection {
         return ready
     }
 
-    /// Encoded frames to the transport: through TLS when the session has it.
-    private func write(_ frames: [UInt8], _ s: inout State) {
-        guard !frames.isEmpty else { return }
-        guard let tls = s.tls else { return transmit(frames, &s) }
+    /// Encoded frames to the transport, through TLS when the session has it; `rest`, the
+    /// end of the last frame, follows them (only with TLS: see `pump`).
+    private func write(_ frames: [UInt8], then rest: ArraySlice<UInt8> = [], _ s: inout State) {
+        guard !frames.isEmpty || !rest.isEmpty else { return }
+        guard let tls = s.tls else { return transmit(rest.isEmpty ? frames : frames + rest, &s) }
         do {
-            try tls.write(frames)
+            try tls.write(frames[...])
+            try tls.write(rest)
         } catch {
             logger.warning("TLS refused frames", ["peer.connection": "\(id)", "error": "\(error)"])
             return

@@ -54,23 +54,30 @@ public enum FrameEncoder {
 
     /// Appends the frame's bytes to `out` (left as it was when this throws).
     public static func append(_ frame: Frame, to out: inout [UInt8]) throws(FrameError) {
+        out.append(contentsOf: try appendAllButData(frame, to: &out))
+    }
+
+    /// Appends the frame's bytes to `out` except a bulk frame's data (MESSAGE, UNRELIABLE,
+    /// RESOURCE_DATA, STREAM_DATA), which it returns: the frame's last bytes, for a writer to
+    /// take from where they are (TLS encrypts them from the message itself) instead of
+    /// copying them after the header first. Other frames are appended whole (the rest is
+    /// empty). `out` is left as it was when this throws.
+    public static func appendAllButData(_ frame: Frame, to out: inout [UInt8]) throws(FrameError) -> ArraySlice<UInt8> {
         do throws(FrameError) {
             switch frame {
             case .unreliable(let d), .resourceData(_, let d), .streamData(_, let d):
-                // The payload is the data itself: straight after the header, without first
-                // building a copy of it (bulk data would be copied twice).
                 try FrameRules.check(frame)
                 appendHeader(frame, length: d.count, to: &out)
-                out.append(contentsOf: d)
+                return d[...]
             case .message(let m):
-                // The same for a message's fragment, after its id.
+                // A fragment's data comes after its message id.
                 try FrameRules.check(frame)
                 appendHeader(frame, length: 4 + m.data.count, to: &out)
                 out.append(UInt8(truncatingIfNeeded: m.messageID >> 24))
                 out.append(UInt8(truncatingIfNeeded: m.messageID >> 16))
                 out.append(UInt8(truncatingIfNeeded: m.messageID >> 8))
                 out.append(UInt8(truncatingIfNeeded: m.messageID))
-                out.append(contentsOf: m.data)
+                return m.data
             default:
                 let payload = try encodePayload(frame)
                 guard payload.count <= Wire.maxPayload else {
@@ -78,6 +85,7 @@ public enum FrameEncoder {
                 }
                 appendHeader(frame, length: payload.count, to: &out)
                 out.append(contentsOf: payload)
+                return []
             }
         } catch {
             var e = error

@@ -61,10 +61,9 @@ public final class TLSConnection: @unchecked Sendable {
 
     private let context: OpenSSLObject
     private let ssl: OpenSSLObject
-    /// The memory BIO OpenSSL reads ciphertext from (filled by `feed`).
-    private let networkIn: OpenSSLObject
-    /// The memory BIO OpenSSL writes ciphertext to (emptied by `takeOutgoing`).
-    private let networkOut: OpenSSLObject
+    /// What OpenSSL reads ciphertext from (filled by `feed`) and writes it to (emptied by
+    /// `takeOutgoing`), behind the SSL's BIO.
+    let network = CiphertextBuffers()
     /// The verify callback's state; the `SSL`'s ex_data holds the +1 reference taken in `init`.
     private let verify: Unmanaged<VerifyBox>
     /// Decrypted and not yet taken: a piece per record, each decrypted straight into its own
@@ -86,16 +85,9 @@ public final class TLSConnection: @unchecked Sendable {
         OpenSSLErrors.clear()
         context = try SSLSetup.makeContext(role: role, identity: identity)
         ssl = try OpenSSLObject(openSSL.SSL_new(context.pointer), "SSL_new") { openSSL.SSL_free($0) }
-        networkIn = try MemoryBIO.make()
-        networkOut = try MemoryBIO.make()
-        // SSL_set_bio takes over one reference to each BIO; these keep ours, so each owner
-        // frees its own and the order of frees does not matter.
-        try check(openSSL.BIO_up_ref(networkIn.pointer), "BIO_up_ref")
-        guard openSSL.BIO_up_ref(networkOut.pointer) == 1 else {
-            _ = openSSL.BIO_free(networkIn.pointer)  // the reference the SSL was to take
-            throw OpenSSLErrors.error(.library, "BIO_up_ref")
-        }
-        openSSL.SSL_set_bio(ssl.pointer, networkIn.pointer, networkOut.pointer)
+        // One BIO both ways; the SSL owns it from here (it holds the buffers until freed).
+        let bio = try CiphertextBIO.make(network)
+        openSSL.SSL_set_bio(ssl.pointer, bio, bio)
         let box = Unmanaged.passRetained(VerifyBox(pin: pin))
         verify = box
         // Every stored property is set from here on, so a throw runs `deinit`, which gives
@@ -128,17 +120,18 @@ public final class TLSConnection: @unchecked Sendable {
         defer { leave() }
         if case .failed(let error) = handshakeState { throw error }
         OpenSSLErrors.clear()
-        do throws(TLSError) {
-            try MemoryBIO.append(ciphertext, to: networkIn.pointer)
-        } catch {
-            throw fail(error)
-        }
+        network.feed(ciphertext)
         try advance()
     }
 
     /// Encrypts `plaintext` for the peer (send `takeOutgoing()` next). Before the handshake
     /// is done the bytes are buffered, and encrypted as soon as it is.
     public func write(_ plaintext: [UInt8]) throws(TLSError) {
+        try write(plaintext[...])
+    }
+
+    /// The same for a slice (bulk data is encrypted from where it lies, without a copy).
+    public func write(_ plaintext: ArraySlice<UInt8>) throws(TLSError) {
         enter()
         defer { leave() }
         if case .failed(let error) = handshakeState { throw error }
@@ -177,7 +170,7 @@ public final class TLSConnection: @unchecked Sendable {
     public func takeOutgoing() -> [UInt8] {
         enter()
         defer { leave() }
-        return MemoryBIO.takeAll(from: networkOut.pointer)
+        return network.takeOutput()
     }
 
     /// Ends our side of the connection: queues close_notify (send `takeOutgoing()`), after
@@ -261,7 +254,7 @@ public final class TLSConnection: @unchecked Sendable {
         if !pendingWrites.isEmpty {
             let waiting = pendingWrites
             pendingWrites = []
-            try encrypt(waiting)
+            try encrypt(waiting[...])
         }
         if isClosed { shutdown() }
     }
@@ -303,8 +296,10 @@ public final class TLSConnection: @unchecked Sendable {
         }
     }
 
-    /// Encrypts all of `bytes` (a memory BIO never refuses output, so it all fits).
-    private func encrypt(_ bytes: [UInt8]) throws(TLSError) {
+    /// Encrypts all of `bytes` (the output buffer never refuses, so it all fits).
+    private func encrypt(_ bytes: ArraySlice<UInt8>) throws(TLSError) {
+        // Each record adds its header (5 bytes), content type (1) and tag (16).
+        network.reserveOutput(bytes.count + (bytes.count / Self.recordPlaintext + 1) * 22)
         var written = 0
         let result = bytes.withUnsafeBytes { buffer in
             openSSL.SSL_write_ex(ssl.pointer, buffer.baseAddress, buffer.count, &written)

@@ -72,6 +72,33 @@ import Testing
         #expect(received.atClient == download)
     }
 
+    /// A slice is encrypted as it is (bulk data is written from where it lies): exactly its
+    /// bytes arrive, over several records, whatever lies around it in its array.
+    @Test func aSliceArrivesAsItIs() throws {
+        let pair = try ConnectedPair()
+        pump(pair.client, pair.server)
+        let message = pattern(100_000, seed: 3)
+        try pair.client.write(message[7..<70_007])
+        try pair.client.write(message[70_007...])
+        let result = pump(pair.client, pair.server, chunk: 16_000)
+        #expect(result.clientError == nil && result.serverError == nil)
+        #expect(pair.server.readPlaintext() == Array(message[7...]))
+    }
+
+    /// The ciphertext buffers behind the SSL's BIO go with the connection: the BIO holds a
+    /// reference to them, given back when OpenSSL frees it with the SSL.
+    @Test func theCiphertextBuffersGoWithTheConnection() throws {
+        weak var buffers: CiphertextBuffers?
+        do {
+            let pair = try ConnectedPair()
+            pump(pair.client, pair.server)
+            try pair.client.write(Array("unread".utf8))
+            buffers = pair.client.network
+            #expect(buffers != nil && pair.client.network.pendingOutput > 0)
+        }
+        #expect(buffers == nil)
+    }
+
     /// Writes made before the handshake is done are buffered and arrive in order after it.
     @Test func writesBeforeTheHandshakeAreBuffered() throws {
         let pair = try ConnectedPair()
