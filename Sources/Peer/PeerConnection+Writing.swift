@@ -39,7 +39,8 @@ extension PeerConnection {
             if s.tls != nil, data.count > room {
                 // Bulk data past the batch's record is encrypted from where it lies (the
                 // message, the file's chunk) instead of copied after its header first: the
-                // batch is filled to a record, so as many records go as before.
+                // batch is filled to a record, so as many records go as before (but for one
+                // of a few bytes when the header itself took the batch past a record).
                 let head = max(room, 0)
                 batch += data.prefix(head)
                 write(batch, then: data.dropFirst(head), &s)
@@ -88,8 +89,7 @@ extension PeerConnection {
         guard !frames.isEmpty || !rest.isEmpty else { return }
         guard let tls = s.tls else { return transmit(rest.isEmpty ? frames : frames + rest, &s) }
         do {
-            try tls.write(frames[...])
-            try tls.write(rest)
+            try tls.write(frames[...], then: rest)
         } catch {
             logger.warning("TLS refused frames", ["peer.connection": "\(id)", "error": "\(error)"])
             return

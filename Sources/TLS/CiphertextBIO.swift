@@ -45,8 +45,15 @@ final class CiphertextBuffers {
     }
 
     /// Room for `bytes` more of output without growing step by step (a 64 KiB write is four
-    /// records, which would otherwise reallocate the array twice).
-    func reserveOutput(_ bytes: Int) { output.reserveCapacity(output.count + bytes) }
+    /// records, which would otherwise reallocate the array twice); at least doubled when it
+    /// grows, so writes made one after another before a take stay linear.
+    func reserveOutput(_ bytes: Int) {
+        let needed = output.count + bytes
+        if output.capacity < needed { output.reserveCapacity(max(needed, 2 * output.capacity)) }
+    }
+
+    /// Drops the output written past its first `count` bytes.
+    func dropOutput(from count: Int) { output.removeLast(max(0, output.count - count)) }
 
     /// Appends a record (or part of one) OpenSSL wrote.
     func write(_ bytes: UnsafeRawBufferPointer) { output.append(contentsOf: bytes) }

@@ -62,7 +62,8 @@ public final class TLSConnection: @unchecked Sendable {
     private let context: OpenSSLObject
     private let ssl: OpenSSLObject
     /// What OpenSSL reads ciphertext from (filled by `feed`) and writes it to (emptied by
-    /// `takeOutgoing`), behind the SSL's BIO.
+    /// `takeOutgoing`), behind the SSL's BIO. Internal for the tests only: everything else
+    /// reaches it through the calls above, inside their confinement check.
     let network = CiphertextBuffers()
     /// The verify callback's state; the `SSL`'s ex_data holds the +1 reference taken in `init`.
     private let verify: Unmanaged<VerifyBox>
@@ -119,6 +120,8 @@ public final class TLSConnection: @unchecked Sendable {
         enter()
         defer { leave() }
         if case .failed(let error) = handshakeState { throw error }
+        // After the peer's close_notify nothing more is read: kept, it would only pile up.
+        if peerClosed { return }
         OpenSSLErrors.clear()
         network.feed(ciphertext)
         try advance()
@@ -127,22 +130,26 @@ public final class TLSConnection: @unchecked Sendable {
     /// Encrypts `plaintext` for the peer (send `takeOutgoing()` next). Before the handshake
     /// is done the bytes are buffered, and encrypted as soon as it is.
     public func write(_ plaintext: [UInt8]) throws(TLSError) {
-        try write(plaintext[...])
+        try write(plaintext[...], then: [])
     }
 
-    /// The same for a slice (bulk data is encrypted from where it lies, without a copy).
-    public func write(_ plaintext: ArraySlice<UInt8>) throws(TLSError) {
+    /// The same for `head` and then `rest`, slices encrypted from where they lie (bulk data
+    /// after the frames before it, without a copy of it after them). Both go or neither: if
+    /// `rest` fails after `head` went, what `head` became is dropped and the connection has
+    /// failed (a frame cut in two cannot be taken back).
+    public func write(_ head: ArraySlice<UInt8>, then rest: ArraySlice<UInt8>) throws(TLSError) {
         enter()
         defer { leave() }
         if case .failed(let error) = handshakeState { throw error }
         if isClosed { throw TLSError(.closed, "write after close()") }
-        if plaintext.isEmpty { return }
+        if head.isEmpty && rest.isEmpty { return }
         if handshakeState == .inProgress {
-            pendingWrites += plaintext
+            pendingWrites += head
+            pendingWrites += rest
             return
         }
         OpenSSLErrors.clear()
-        try encrypt(plaintext)
+        try encrypt(head, then: rest)
     }
 
     /// The plaintext decrypted so far and not yet taken (empty if none).
@@ -254,7 +261,7 @@ public final class TLSConnection: @unchecked Sendable {
         if !pendingWrites.isEmpty {
             let waiting = pendingWrites
             pendingWrites = []
-            try encrypt(waiting[...])
+            try encrypt(waiting[...], then: [])
         }
         if isClosed { shutdown() }
     }
@@ -296,10 +303,25 @@ public final class TLSConnection: @unchecked Sendable {
         }
     }
 
-    /// Encrypts all of `bytes` (the output buffer never refuses, so it all fits).
-    private func encrypt(_ bytes: ArraySlice<UInt8>) throws(TLSError) {
+    /// Encrypts all of `head`, then all of `rest` (the output buffer never refuses, so it all
+    /// fits), with room made once for both.
+    private func encrypt(_ head: ArraySlice<UInt8>, then rest: ArraySlice<UInt8>) throws(TLSError) {
         // Each record adds its header (5 bytes), content type (1) and tag (16).
-        network.reserveOutput(bytes.count + (bytes.count / Self.recordPlaintext + 1) * 22)
+        let total = head.count + rest.count
+        network.reserveOutput(total + (total / Self.recordPlaintext + 2) * 22)
+        let mark = network.pendingOutput
+        try encrypt(head)
+        do throws(TLSError) {
+            try encrypt(rest)
+        } catch {
+            guard !head.isEmpty else { throw error }
+            network.dropOutput(from: mark)
+            throw fail(error)
+        }
+    }
+
+    private func encrypt(_ bytes: ArraySlice<UInt8>) throws(TLSError) {
+        guard !bytes.isEmpty else { return }
         var written = 0
         let result = bytes.withUnsafeBytes { buffer in
             openSSL.SSL_write_ex(ssl.pointer, buffer.baseAddress, buffer.count, &written)

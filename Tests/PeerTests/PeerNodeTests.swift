@@ -114,6 +114,23 @@ import Testing
         b.node.stop()
     }
 
+    /// Messages of every size around a TLS record and a fragment, sent together (one batch
+    /// of frames, so small ones fill a record before a large one's data is encrypted from
+    /// where it lies): all arrive, in order and unchanged.
+    @Test(arguments: [EncryptionPreference.required, .none])
+    func messagesOfMixedSizesArriveInOrder(encryption: EncryptionPreference) async throws {
+        let a = try Node("a", encryption: encryption), b = try Node("b", encryption: encryption)
+        _ = try await b.node.connect(to: a.address, context: [])
+        #expect(await a.wait("connected", Self.isConnected) != nil)
+        let sizes = [1, 16_360, 30, 16_371, 16_384, 0, 65_532, 65_533, 100, 16_300, 131_072, 7, 16_368, 65_536, 200_000]
+        let sent = sizes.enumerated().map { i, n in (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ i) } }
+        try await b.node.send(messages: sent, to: a.node.peerID)
+        _ = await a.signal.wait(timeout: .seconds(10)) { a.messages.count >= sent.count }
+        #expect(a.messages.map(\.1) == sent)
+        a.node.stop()
+        b.node.stop()
+    }
+
     @Test func anInvitationIsAskedAndDeclined() async throws {
         let a = try Node("asker", accept: .ask), b = try Node("b")
         let dial = Task { try await b.node.connect(to: try a.address, context: [1, 2, 3]) }

@@ -72,17 +72,44 @@ import Testing
         #expect(received.atClient == download)
     }
 
-    /// A slice is encrypted as it is (bulk data is written from where it lies): exactly its
-    /// bytes arrive, over several records, whatever lies around it in its array.
+    /// Slices are encrypted as they are (bulk data is written from where it lies, after the
+    /// frames before it): exactly their bytes arrive, in order, over several records,
+    /// whatever lies around them in their array.
     @Test func aSliceArrivesAsItIs() throws {
         let pair = try ConnectedPair()
         pump(pair.client, pair.server)
         let message = pattern(100_000, seed: 3)
-        try pair.client.write(message[7..<70_007])
-        try pair.client.write(message[70_007...])
+        try pair.client.write(message[7..<20_007], then: message[20_007..<70_007])
+        try pair.client.write(message[70_007...], then: [])
         let result = pump(pair.client, pair.server, chunk: 16_000)
         #expect(result.clientError == nil && result.serverError == nil)
         #expect(pair.server.readPlaintext() == Array(message[7...]))
+    }
+
+    /// What OpenSSL reads comes out of the fed arrays in order, a read crossing from one
+    /// into the next, and nothing is counted twice or lost; output taken is left empty.
+    @Test func ciphertextBuffersReadAcrossFeeds() {
+        let b = CiphertextBuffers()
+        let fed = pattern(30, seed: 4)
+        b.feed(Array(fed[0..<10]))
+        b.feed([])
+        b.feed(Array(fed[10..<13]))
+        b.feed(Array(fed[13..<30]))
+        #expect(b.pendingInput == 30)
+        var got: [UInt8] = []
+        for want in [4, 9, 1, 50, 5] {
+            var chunk = [UInt8](repeating: 0, count: want)
+            let n = chunk.withUnsafeMutableBytes { b.read(into: $0.baseAddress!, count: want) }
+            got += chunk.prefix(n)
+        }
+        #expect(got == fed && b.pendingInput == 0)
+        let two: [UInt8] = [1, 2]
+        two.withUnsafeBytes { b.write($0) }
+        b.reserveOutput(1_000)
+        [UInt8]([3]).withUnsafeBytes { b.write($0) }
+        #expect(b.pendingOutput == 3)
+        b.dropOutput(from: 2)
+        #expect(b.takeOutput() == two && b.pendingOutput == 0 && b.takeOutput().isEmpty)
     }
 
     /// The ciphertext buffers behind the SSL's BIO go with the connection: the BIO holds a
