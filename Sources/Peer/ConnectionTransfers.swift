@@ -88,6 +88,10 @@ struct ConnectionTransfers {
         /// Bytes handed to the scheduler (the table forgets it when the resource ends).
         var handedOut: UInt64 = 0
         var doneQueued = false
+        /// Since when nothing moved toward the peer while its data waited (`stalledSending`):
+        /// the accept, or the last look that found the link moving or this side the one
+        /// holding it back.
+        var quietSince: ContinuousClock.Instant
     }
 
     private struct Receiving {
@@ -136,7 +140,7 @@ struct ConnectionTransfers {
     /// when one of them ends: `Outcome.frames` of that step).
     mutating func offer(_ file: OutgoingFile, name: String, now: ContinuousClock.Instant) -> (id: UInt32, frame: Frame?) {
         let (id, frame) = table.offer(name: name, size: file.size, sha256: file.sha256, mediaType: file.mediaType)
-        sending[id] = Sending(file: file, reported: now)
+        sending[id] = Sending(file: file, reported: now, quietSince: now)
         return (id, frame)
     }
 
@@ -358,6 +362,45 @@ struct ConnectionTransfers {
         return out
     }
 
+    /// Whether a resource of ours waits for the peer to take its data (accepted, with data
+    /// not yet sent): the connection then looks for stalls (`stalledSending`) now and then.
+    func isSending(_ scheduler: SendScheduler) -> Bool {
+        sending.keys.contains { awaitsThePeer($0, scheduler) }
+    }
+
+    /// Accepted and not all sent: data to hand out, or handed out and waiting in the lanes
+    /// (the table says verifying as soon as the last chunk and DONE are queued).
+    private func awaitsThePeer(_ id: UInt32, _ scheduler: SendScheduler) -> Bool {
+        guard let phase = table.transfers[id]?.phase else { return false }
+        return phase == .transferring || (phase == .verifying && scheduler.queuedFrames(on: id) > 0)
+    }
+
+    /// Ends `timeout` every resource of ours whose data waited `limit` with nothing moving
+    /// toward the peer: `moved` says flow-controlled data went or a CREDIT came since the
+    /// last look (the link moves, if not for this resource); only a resource whose next
+    /// frame in `scheduler` the peer's window (`credit`) does not allow is held by the peer
+    /// (the others wait for this side's lanes). Their clocks restart otherwise. The peer
+    /// hears RESOURCE_CANCEL `timeout` and keeps its part. Without this a peer that accepts
+    /// and never gives window, while it answers pings, would hold the resource forever.
+    /// Not timed: data all sent, awaiting the peer's verdict (its hash and fsync).
+    mutating func stalledSending(now: ContinuousClock.Instant, after limit: Duration, moved: Bool,
+                                 scheduler: SendScheduler, credit: SendCredit) -> Outcome {
+        var out = Outcome()
+        for id in sending.keys.sorted() where awaitsThePeer(id, scheduler) {
+            guard let s = sending[id] else { continue }
+            let heldByThePeer = scheduler.nextBulkBytes(on: id).map { !credit.allows($0, on: id) } ?? false
+            if moved || !heldByThePeer {
+                sending[id]?.quietSince = now
+                continue
+            }
+            guard now - s.quietSince >= limit else { continue }
+            Self.merge(cancel(id, reason: .timeout,
+                              detail: "the peer gave no window for \(limit) while its data waited; sending the file again resumes from what it has"),
+                       into: &out)
+        }
+        return out
+    }
+
     /// Reports `stream`'s end, tells its writer it will take no more, and releases what its
     /// application never took.
     private mutating func endStream(_ stream: StreamTable.Stream, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) {
@@ -493,6 +536,7 @@ struct ConnectionTransfers {
             receiving[offer.resourceID] = Receiving(offer: offer, reported: now, quietSince: now)
             out.events.append(.offered(offer))
         case .accepted(let id, let offset):
+            sending[id]?.quietSince = now
             out.events.append(.started(id: id, outgoing: true, offset: offset))
         case .declined(let id, let reason):
             sending[id] = nil
@@ -516,6 +560,16 @@ struct ConnectionTransfers {
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
+            if reason == .timeout, let r = receiving.removeValue(forKey: id), let file = r.file {
+                // The sender gave up waiting for this side's window (`stalledSending`): not
+                // an abort, so the part stays for a resume.
+                out.released += r.heldCredit
+                let kept = file.suspend()
+                out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
+                                         detail: "the peer got no window for its idle timeout and stopped; the \(kept) bytes received are kept for a resume",
+                                         byPeer: true, bytes: r.received))
+                break
+            }
             let detail = reason == .timeout && sending[id] != nil
                 ? "the peer got no data for its idle timeout and stopped; it keeps what arrived: sending the file again resumes from there"
                 : "the peer cancelled it"

@@ -123,10 +123,11 @@ extension PeerConnection {
 
     // MARK: Stalled resources (on the queue)
 
-    /// While a resource of the peer's is being received, a look for stalls every quarter of
-    /// `transferIdleTimeout` (so one is found between one and one and a quarter of it).
+    /// While a resource of the peer's is being received, or one of ours waits for the peer
+    /// to take its data, a look for stalls every quarter of `transferIdleTimeout` (so one is
+    /// found between one and one and a quarter of it).
     func armStallCheck(_ s: inout State) {
-        guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving else { return }
+        guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving || s.transfers.isSending(s.scheduler) else { return }
         s.stallCheckArmed = true
         queue.asyncAfter(deadline: .now() + (transferIdleTimeout / 4).dispatchInterval) { [weak self] in
             self?.lookForStalls()
@@ -135,7 +136,8 @@ extension PeerConnection {
 
     /// Ends the peer's resources that got no data for `transferIdleTimeout` while the
     /// connection brought no data at all and the peer's windows let it send
-    /// (`ConnectionTransfers.stalled`).
+    /// (`ConnectionTransfers.stalled`), and ours that the peer's windows held back as long
+    /// while nothing moved toward it (`stalledSending`).
     private func lookForStalls() {
         turn { s, events in
             s.stallCheckArmed = false
@@ -144,6 +146,10 @@ extension PeerConnection {
             let dataArrived = s.dataSinceStallLook
             s.dataSinceStallLook = false
             apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
+            let moved = s.movedSinceStallLook
+            s.movedSinceStallLook = false
+            apply(s.transfers.stalledSending(now: .now, after: transferIdleTimeout, moved: moved, scheduler: s.scheduler,
+                                             credit: s.machine.sendCredit), &s, &events)
             endOfTurn(&s, &events)
         }
     }

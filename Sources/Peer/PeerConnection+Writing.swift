@@ -30,6 +30,7 @@ extension PeerConnection {
                 logger.error("a frame could not be encoded", ["peer.connection": "\(id)", "error": "\(error)"])
                 continue
             }
+            if frame.flowControlledBytes > 0 { s.movedSinceStallLook = true }
             if case .close = frame {
                 // CLOSE is the last frame: what is still queued will never go.
                 s.closeWritten = true

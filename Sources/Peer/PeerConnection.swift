@@ -118,6 +118,9 @@ public final class PeerConnection: Sendable {
         /// sending, if not that resource's bytes (the link is slow and shared, or its messages
         /// go first), and no resource is stalled.
         var dataSinceStallLook = false
+        /// Flow-controlled data went to the peer, or a CREDIT came from it, since the last
+        /// look: the link moves, and no resource of ours is stalled.
+        var movedSinceStallLook = false
         var closed = false
         /// Resources both ways, with their files.
         var transfers: ConnectionTransfers
@@ -354,6 +357,7 @@ public final class PeerConnection: Sendable {
             }
             guard let frame else { return }
             if frame.flowControlledBytes > 0 { s.dataSinceStallLook = true }
+            if case .credit = frame { s.movedSinceStallLook = true }
             perform(s.machine.handle(.frame(frame), now: .now), &s, &events)
             // A frame may name a stream that has ended (a CREDIT or data that crossed the end
             // on the wire, a refused STREAM_OPEN) or one that never was: the machine counted

@@ -114,6 +114,10 @@ public struct SendScheduler: Sendable {
     /// Bulk frames waiting for stream `id` (a resource's chunks and its RESOURCE_DONE).
     public func queuedFrames(on id: UInt32) -> Int { bulk[id]?.count ?? 0 }
 
+    /// The flow-controlled bytes of the next bulk frame for stream `id` (what the peer's
+    /// window must allow for it to go), or nil when none waits.
+    public func nextBulkBytes(on id: UInt32) -> Int? { bulk[id]?.first?.flowControlledBytes }
+
     /// Whether a data batch of `bytes` (a message's size) would be taken now.
     public func canAccept(byteCount bytes: Int) -> Bool {
         queuedBytes == 0 || queuedBytes + bytes <= maxQueuedBytes

@@ -87,6 +87,95 @@ import Testing
         #expect(detail.contains("sending the file again resumes"), "\(detail)")
     }
 
+    /// The node as the sender, its peer accepting and then giving no window: once the data
+    /// the first window allowed went and nothing moved for `transferIdleTimeout`, the node
+    /// ends it `timeout` (the peer hears it, the client is told, the session goes on).
+    @Test func aResourceThePeerGivesNoWindowEndsTimeout() async throws {
+        let dir = try Directory()
+        let (a, raw, me) = try await PeerFlowTests.rawSession("held", inbox: try Inbox(directory: dir.path + "/inbox"),
+                                                              transferIdleTimeout: Self.idle)
+        defer { raw.close(); a.node.stop() }
+        let path = try PeerResourceTests.write(InboxTests.content(600_000), in: dir, "held.bin")
+        let sent = try await a.node.sendResource(path: path, to: [me])
+        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
+        guard case .resourceOffer(let o)? = offer else {
+            Issue.record("no offer: \(String(describing: offer))")
+            return
+        }
+        // Accepted, then no CREDIT: the data the first window allows goes, then nothing can.
+        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0)])
+        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: o.resourceID, reason: .timeout))
+        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, false)) = $0 { true } else { false } }
+        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
+            Issue.record("no timeout reported")
+            return
+        }
+        #expect(t.id == sent.first?.id && t.outgoing)
+        #expect(detail.contains("gave no window"), "\(detail)")
+        #expect(try await Raw.stillUp(a, raw, 1))
+    }
+
+    /// The node as the receiver of a sender that gave up waiting for its window: the part
+    /// stays (a timeout is not an abort), and the same content offered again resumes from it.
+    @Test func aSendersTimeoutKeepsThePartForAResume() async throws {
+        let dir = try Directory()
+        let (a, raw, _) = try await PeerFlowTests.rawSession("kept", inbox: try Inbox(directory: dir.path + "/inbox"))
+        defer { raw.close(); a.node.stop() }
+        let content = InboxTests.content(300_000)
+        let offer = ResourceOffer(resourceID: 1, name: "kept.bin", size: 300_000, sha256: try SHA256Digest.hash(content), mediaType: "x/y")
+        let first: [Frame] = stride(from: 0, to: 100_000, by: 50_000).map { .resourceData(resourceID: 1, data: Array(content[$0..<$0 + 50_000])) }
+        #expect(try await Self.offer(raw, offer, then: first + [.resourceCancel(resourceID: 1, reason: .timeout)])
+                == .resourceAccept(resourceID: 1, offset: 0))
+        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, true)) = $0 { true } else { false } }
+        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
+            Issue.record("no timeout reported")
+            return
+        }
+        #expect(t.bytes == 100_000 && !t.outgoing)
+        #expect(detail.contains("100000 bytes received are kept"), "\(detail)")
+        let again = ResourceOffer(resourceID: 3, name: "kept.bin", size: 300_000, sha256: offer.sha256, mediaType: "x/y")
+        let rest: [Frame] = stride(from: 100_000, to: 300_000, by: 50_000).map { .resourceData(resourceID: 3, data: Array(content[$0..<$0 + 50_000])) }
+        #expect(try await Self.offer(raw, again, then: rest + [.resourceDone(resourceID: 3)]) == .resourceAccept(resourceID: 3, offset: 100_000))
+        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceDone(resourceID: 3))
+    }
+
+    /// The sender's clock runs only while the peer's window holds the resource's next frame
+    /// back and nothing moves toward the peer: ten limits with the link moving, then ten with
+    /// the window open (this side's lanes hold it), end nothing, and the limit counts from
+    /// the last such look. Then it ends `timeout`, RESOURCE_CANCEL to the peer.
+    @Test func theSendersClockRunsOnlyWhileThePeerHoldsItsData() throws {
+        let dir = try Directory()
+        let path = try PeerResourceTests.write(InboxTests.content(600_000), in: dir, "clock.bin")
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 7, count: 32)))
+        let start = ContinuousClock.now, limit = Duration.seconds(60)
+        var t = ConnectionTransfers(role: .dialer)
+        var scheduler = SendScheduler()
+        let (id, frame) = t.offer(try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0)), name: "clock.bin", now: start)
+        #expect(frame != nil && !t.isSending(scheduler), "an offer not yet answered is not timed here")
+        _ = t.received(.resourceAccept(resourceID: id, offset: 0), from: peer, now: start)
+        _ = t.refill(&scheduler, now: start)
+        #expect(t.isSending(scheduler) && scheduler.nextBulkBytes(on: id) == Session.Wire.maxPayload)
+        let shut = SendCredit(connection: 0, stream: 0), open = SendCredit()
+        for i in 1...10 {
+            let out = t.stalledSending(now: start + limit * i, after: limit, moved: true, scheduler: scheduler, credit: shut)
+            #expect(out.frames.isEmpty, "moving at \(i) limits")
+        }
+        for i in 11...20 {
+            let out = t.stalledSending(now: start + limit * i, after: limit, moved: false, scheduler: scheduler, credit: open)
+            #expect(out.frames.isEmpty, "window open at \(i) limits")
+        }
+        let last = start + limit * 20
+        #expect(t.stalledSending(now: last + limit / 2, after: limit, moved: false, scheduler: scheduler, credit: shut).frames.isEmpty)
+        let out = t.stalledSending(now: last + limit, after: limit, moved: false, scheduler: scheduler, credit: shut)
+        #expect(out.frames == [.resourceCancel(resourceID: id, reason: .timeout)])
+        #expect(out.dropped == [id])
+        guard case .ended(id, true, .timeout, _, false, _)? = out.events.first, out.events.count == 1 else {
+            Issue.record("not one timeout: \(out.events)")
+            return
+        }
+        #expect(!t.isSending(scheduler) || scheduler.queuedFrames(on: id) > 0)
+    }
+
     /// A resource of 300,000 bytes accepted and given its first 50,000 (written: `suspend`
     /// waits for the writes before it), from a hand-made table at `start`.
     static func receiving(_ inbox: Inbox, _ peer: PeerID, size: Int = 300_000, first: Int = 50_000,
