@@ -560,9 +560,9 @@ struct ConnectionTransfers {
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
-            if reason == .timeout, let r = receiving.removeValue(forKey: id), let file = r.file {
-                // The sender gave up waiting for this side's window (`stalledSending`): not
-                // an abort, so the part stays for a resume.
+            if reason == .timeout, let r = receiving[id], let file = r.file {
+                receiving[id] = nil
+                // The sender gave up waiting for our window (not an abort): the part stays.
                 out.released += r.heldCredit
                 let kept = file.suspend()
                 out.events.append(.ended(id: id, outgoing: false, reason: .timeout,

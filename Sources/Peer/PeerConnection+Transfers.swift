@@ -146,7 +146,9 @@ extension PeerConnection {
             let dataArrived = s.dataSinceStallLook
             s.dataSinceStallLook = false
             apply(s.transfers.stalled(now: .now, after: transferIdleTimeout, blocked: blocked, dataArrived: dataArrived), &s, &events)
-            let moved = s.movedSinceStallLook
+            // Bytes of ours still on their way (a slow link: the peer's next CREDIT comes only
+            // once they arrive) count as moving; a peer that reads its socket drains them.
+            let moved = s.movedSinceStallLook || !s.stalled.isEmpty || channel.unsentBytes > 0
             s.movedSinceStallLook = false
             apply(s.transfers.stalledSending(now: .now, after: transferIdleTimeout, moved: moved, scheduler: s.scheduler,
                                              credit: s.machine.sendCredit), &s, &events)

@@ -11,6 +11,18 @@ import Glibc
 extension Channel {
     // MARK: Writing
 
+    /// Bytes written and not yet taken by the peer (stream mode): the outbox's, and what the
+    /// kernel holds unsent or unacknowledged (`TIOCOUTQ`). A peer that reads its socket
+    /// drains it: bytes here mean the link is slow, not that the peer stopped reading.
+    public var unsentBytes: Int {
+        state.withLock { s in
+            guard !s.descriptorClosed else { return 0 }
+            var n: Int32 = 0
+            let kernel = ioctl(fd, UInt(TIOCOUTQ), &n) == 0 ? Int(n) : 0
+            return (mode == .stream ? s.queued : 0) + kernel
+        }
+    }
+
     /// Writes `bytes` (one packet in packet mode) after anything that waits, without blocking.
     /// `passing`: descriptors that travel with the first byte (SCM_RIGHTS); when the answer is
     /// `.accepted` the channel owns them (and closes them once sent, or at close); otherwise

@@ -139,6 +139,21 @@ import Testing
         #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceDone(resourceID: 3))
     }
 
+    /// An offer not yet answered that its sender ends `timeout` is reported ended, as any
+    /// cancelled offer is (no part was made for it).
+    @Test func anUnansweredOfferEndedTimeoutIsReported() async throws {
+        let dir = try Directory()
+        let (a, raw, _) = try await PeerFlowTests.rawSession("asked", inbox: try Inbox(directory: dir.path + "/inbox"), policy: .ask)
+        defer { raw.close(); a.node.stop() }
+        let offer = ResourceOffer(resourceID: 1, name: "asked.bin", size: 10, sha256: try SHA256Digest.hash([UInt8](repeating: 1, count: 10)),
+                                  mediaType: "x/y")
+        try await Raw.send(raw, [.resourceOffer(offer)])
+        #expect(await a.wait("offered") { if case .resource(.offered) = $0 { true } else { false } } != nil)
+        try await Raw.send(raw, [.resourceCancel(resourceID: 1, reason: .timeout)])
+        #expect(await a.wait("ended") { if case .resource(.ended(_, .timeout, _, true)) = $0 { true } else { false } } != nil)
+        #expect(try FileSystem.names(in: dir.path + "/inbox").filter { $0 != ".part" }.isEmpty)
+    }
+
     /// The sender's clock runs only while the peer's window holds the resource's next frame
     /// back and nothing moves toward the peer: ten limits with the link moving, then ten with
     /// the window open (this side's lanes hold it), end nothing, and the limit counts from
@@ -173,7 +188,34 @@ import Testing
             Issue.record("not one timeout: \(out.events)")
             return
         }
-        #expect(!t.isSending(scheduler) || scheduler.queuedFrames(on: id) > 0)
+        #expect(!t.isSending(scheduler))
+    }
+
+    /// A resource whose data all went waits for the peer's verdict (its hash check and fsync
+    /// of the whole file): never timed on this side, whatever the window.
+    @Test func aResourceWaitingForThePeersVerdictIsNotTimedOut() throws {
+        let dir = try Directory()
+        let path = try PeerResourceTests.write(InboxTests.content(1_000), in: dir, "small.bin")
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 6, count: 32)))
+        let start = ContinuousClock.now, limit = Duration.seconds(60)
+        var t = ConnectionTransfers(role: .dialer)
+        var scheduler = SendScheduler()
+        let (id, _) = t.offer(try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0)), name: "small.bin", now: start)
+        _ = t.received(.resourceAccept(resourceID: id, offset: 0), from: peer, now: start)
+        _ = t.refill(&scheduler, now: start)
+        #expect(scheduler.queuedFrames(on: id) == 2, "the data and DONE")
+        var credit = SendCredit()
+        guard case .resourceData? = scheduler.next(credit: &credit) else {
+            Issue.record("the data did not go first")
+            return
+        }
+        #expect(scheduler.nextBulkBytes(on: id) == 0, "DONE waits, for no window")
+        let shut = SendCredit(connection: 0, stream: 0)
+        for i in 1...10 {
+            #expect(t.stalledSending(now: start + limit * i, after: limit, moved: false, scheduler: scheduler, credit: shut).frames.isEmpty)
+        }
+        _ = scheduler.next(credit: &credit)
+        #expect(!t.isSending(scheduler), "DONE went: the verdict is awaited")
     }
 
     /// A resource of 300,000 bytes accepted and given its first 50,000 (written: `suspend`

@@ -236,6 +236,21 @@ import Glibc
 
     /// The one conversion of `Duration` for Dispatch, poll and nanosleep: rounding down to
     /// the unit, negative as zero, huge values clamped instead of trapping.
+    /// What the peer has not taken yet counts as unsent (the kernel's queue included), and
+    /// nothing once it read everything: a stall look tells a slow link from a stopped peer so.
+    @Test func unsentBytesAreWhatThePeerHasNotTaken() throws {
+        let (ours, theirs) = try Self.pair(Self.stream)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .stream, label: "test", outboxLimit: 1 << 20)
+        defer { c.close() }
+        #expect(c.unsentBytes == 0)
+        #expect(c.send([UInt8](repeating: 7, count: 1_000)) != .full)
+        #expect(c.unsentBytes >= 1_000)
+        var got = 0
+        while got < 1_000, let chunk = try Self.receive(theirs) { got += chunk.count }
+        #expect(got == 1_000 && c.unsentBytes == 0)
+    }
+
     @Test func durationConversions() {
         #expect(Duration.milliseconds(1500).clampedNanoseconds == 1_500_000_000)
         #expect(Duration.nanoseconds(1_999_999).clampedMilliseconds == 1)
