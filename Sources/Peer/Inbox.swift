@@ -189,7 +189,8 @@ public final class Inbox: @unchecked Sendable {
         try checkRoom(for: offer.size - min(have, offer.size), promising: nil)
     }
 
-    private func checkQuota(_ offer: ResourceOffer) throws(InboxError) {
+    /// Whether `offer` is within the quota (no file system call: `check` does the rest).
+    func checkQuota(_ offer: ResourceOffer) throws(InboxError) {
         guard offer.size <= limits.maxResourceBytes else { throw .tooLarge(size: offer.size, limit: limits.maxResourceBytes) }
     }
 

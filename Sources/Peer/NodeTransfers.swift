@@ -44,6 +44,9 @@ final class NodeTransfers: Sendable {
         var startedAt: ContinuousClock.Instant?
         /// A client is asked (policy `ask`).
         var asked = false
+        /// The free space is being checked before a client is asked (`ask`). An end meanwhile
+        /// is reported as any refused offer's is (an end without an offer before it).
+        var checking = false
     }
 
     private struct State {
@@ -298,9 +301,13 @@ final class NodeTransfers: Sendable {
     private func offered(_ offer: ResourceOffer, on c: PeerConnection) {
         guard let peer = c.snapshot.hello?.peerID else { return }
         let key = Key(connection: c.id, resource: offer.resourceID)
-        // Over the quota or past the free space: refused before anyone is asked.
+        // Over the quota: refused before anyone is asked. No file system call here: this
+        // may run on the epoll thread (a connection's reads run inline there while it has no
+        // resources, so an offer arrives in one), which must not wait for a disk. The free
+        // space is checked off it: by the accept (`Inbox.receive`), or before a client is
+        // asked (below).
         var refusal: InboxError?
-        do throws(InboxError) { try inbox?.check(offer, from: peer) } catch { refusal = error }
+        do throws(InboxError) { try inbox?.checkQuota(offer) } catch { refusal = error }
         let trusted = isTrusted(peer)
         let answer: Bool? = switch policy {
         case _ where refusal != nil: false
@@ -314,7 +321,7 @@ final class NodeTransfers: Sendable {
             defer { s.nextID += 1 }
             let t = ResourceTransfer(id: s.nextID, peer: peer, outgoing: false, name: offer.name, size: offer.size,
                                      sha256: offer.sha256, mediaType: offer.mediaType)
-            s.records[s.nextID] = Record(transfer: t, key: key, asked: answer == nil)
+            s.records[s.nextID] = Record(transfer: t, key: key, checking: answer == nil)
             s.byKey[key] = s.nextID
             s.connections[c.id] = c
             return t
@@ -326,10 +333,27 @@ final class NodeTransfers: Sendable {
             let why = inbox == nil ? "this node takes no resources (no inbox)" : "accept_resources is \(policy.rawValue)"
             c.declineResource(offer.resourceID, reason: .declined, detail: why)
         case nil:
-            emit(.offered(t))
-            DispatchQueue.global().asyncAfter(deadline: .now() + Self.answerTimeout.dispatchInterval) { [weak self] in
-                self?.unanswered(t.id, c, offer.resourceID)
-            }
+            DispatchQueue.global().async { [self] in ask(t, offer, from: peer, on: c) }
+        }
+    }
+
+    /// Asks the clients about the peer's offer `t` once the inbox's file system has room for
+    /// it (the part it may resume counted); refuses it otherwise. Nothing more if it ended
+    /// meanwhile.
+    private func ask(_ t: ResourceTransfer, _ offer: ResourceOffer, from peer: PeerID, on c: PeerConnection) {
+        var refusal: InboxError?
+        do throws(InboxError) { try inbox?.check(offer, from: peer) } catch { refusal = error }
+        let live = state.withLock { s -> Bool in
+            guard s.records[t.id]?.checking == true else { return false }
+            s.records[t.id]?.checking = false
+            s.records[t.id]?.asked = refusal == nil
+            return true
+        }
+        guard live else { return }
+        if let refusal { return c.declineResource(offer.resourceID, reason: refusal.reason, detail: refusal.description) }
+        emit(.offered(t))
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.answerTimeout.dispatchInterval) { [weak self] in
+            self?.unanswered(t.id, c, offer.resourceID)
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Peer
 import Session
+import Synchronization
 import SystemKit
 import TLS
 import TestSupport
@@ -137,6 +138,31 @@ import Testing
             return
         }
         #expect(next.name == "next.bin" && next.resourceID == guessed + 2)
+    }
+
+    /// An offer arrives in a read that may run on the epoll thread (a connection without
+    /// resources reads inline there, and the node's answer to an offer is made in that
+    /// read's delivery): the inbox's free space, a file system call, is never read on it,
+    /// whether a client is asked or the offer taken at once.
+    @Test(arguments: [ResourcePolicy.ask, .all])
+    func anOffersFreeSpaceIsNotReadOnTheEpollThread(policy: ResourcePolicy) async throws {
+        let dir = try Directory()
+        let onEpoll = Mutex<[Bool]>([])
+        let inbox = try Inbox(directory: dir.path + "/inbox", freeSpace: { path in
+            onEpoll.withLock { $0.append(DescriptorWatch.onReactorThread) }
+            return try FileSystem.availableBytes(at: path)
+        })
+        let (a, raw, _) = try await PeerFlowTests.rawSession("epoll", inbox: inbox, policy: policy)
+        defer { raw.close(); a.node.stop() }
+        let four: [UInt8] = [1, 2, 3, 4]
+        try await Self.send(raw, [.resourceOffer(ResourceOffer(resourceID: 1, name: "a", size: 4, sha256: try SHA256Digest.hash(four), mediaType: "x/y"))])
+        if policy == .ask {
+            #expect(await a.wait("offered") { if case .resource(.offered) = $0 { true } else { false } } != nil)
+        } else {
+            #expect(try await Self.frame(raw, Self.cancelOrDone) == .resourceAccept(resourceID: 1, offset: 0))
+        }
+        let calls = onEpoll.withLock { $0 }
+        #expect(!calls.isEmpty && !calls.contains(true), "\(calls)")
     }
 
     @Test func dataBeforeAnAcceptIsALie() async throws {
