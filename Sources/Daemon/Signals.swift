@@ -48,7 +48,10 @@ private final class SignalSources: Sendable {
 /// Each signal's default action is replaced by "ignore" (only if it is still the default, so
 /// a handler installed elsewhere is left alone), then a `DispatchSource` watches for it. On
 /// Linux, libdispatch installs its own handler when the source is registered, which happens
-/// asynchronously just after this returns: a signal arriving in that short window is ignored.
+/// asynchronously on its manager thread: a signal arriving before that is ignored, so this
+/// returns only once every source is registered (at most 5 s). Without the wait, a daemon
+/// on a busy machine said it was ready before its SIGTERM handler was there, and a SIGTERM
+/// right after that was lost (the daemon never stopped; a test harness saw it).
 /// The sources are cancelled when the stream ends (its consumer stops or is cancelled); the
 /// signals then stay ignored rather than reverting to killing the process.
 ///
@@ -57,13 +60,18 @@ public func signalStream(_ signals: [ProcessSignal]) -> AsyncStream<ProcessSigna
     let (stream, continuation) = AsyncStream<ProcessSignal>.makeStream(bufferingPolicy: .bufferingNewest(8))
     let queue = DispatchQueue(label: "peerlink.signals")
     var sources: [any DispatchSourceSignal] = []
+    let registered = DispatchGroup()
     for signal in Set(signals.map(\.rawValue)).sorted().compactMap(ProcessSignal.init(rawValue:)) {
         ignoreIfDefault(signal.rawValue)
         let source = DispatchSource.makeSignalSource(signal: signal.rawValue, queue: queue)
         source.setEventHandler { continuation.yield(signal) }
+        registered.enter()
+        source.setRegistrationHandler { registered.leave() }
         source.resume()
         sources.append(source)
     }
+    // The handlers run on `queue` (a global queue's thread), never on the caller's.
+    _ = registered.wait(timeout: .now() + 5)
     let owner = SignalSources(sources)
     continuation.onTermination = { _ in owner.cancelAll() }
     return stream

@@ -20,6 +20,17 @@ import Testing
         }
     }
 
+    /// A daemon told to stop as soon as it answers stops: its signal handlers are in place
+    /// before it says it is ready (a SIGTERM in the gap before was ignored, and the daemon ran
+    /// on). Ten in a row, each exiting 0 within the harness's grace.
+    @Test func aDaemonStoppedRightAfterItIsReadyStops() async throws {
+        let bus = try PrivateBus()
+        for _ in 0..<10 {
+            let h = try await DaemonHarness(busAddress: bus.address)
+            #expect(h.stop() == 0)
+        }
+    }
+
     @Test func aDaemonThatExitsAtStopIsNotReported() async throws {
         let bus = try PrivateBus()
         let h = try await DaemonHarness(busAddress: bus.address)
