@@ -339,10 +339,15 @@ final class NodeTransfers: Sendable {
 
     /// Asks the clients about the peer's offer `t` once the inbox's file system has room for
     /// it (the part it may resume counted); refuses it otherwise. Nothing more if it ended
-    /// meanwhile.
+    /// meanwhile. The answer is made on the connection's queue, where its end would be
+    /// reported: the offer is never reported after its end.
     private func ask(_ t: ResourceTransfer, _ offer: ResourceOffer, from peer: PeerID, on c: PeerConnection) {
         var refusal: InboxError?
         do throws(InboxError) { try inbox?.check(offer, from: peer) } catch { refusal = error }
+        c.queue.async { [self, refusal] in asked(t, offer, refusal, on: c) }
+    }
+
+    private func asked(_ t: ResourceTransfer, _ offer: ResourceOffer, _ refusal: InboxError?, on c: PeerConnection) {
         let live = state.withLock { s -> Bool in
             guard s.records[t.id]?.checking == true else { return false }
             s.records[t.id]?.checking = false
