@@ -154,21 +154,29 @@ import Testing
         #expect(try FileSystem.names(in: dir.path + "/inbox").filter { $0 != ".part" }.isEmpty)
     }
 
+    /// A resource of `size` bytes offered from a hand-made table at `start`, accepted by the
+    /// peer, and its first chunks handed to the lanes (not yet sent).
+    static func sending(_ size: Int, in dir: Directory, at start: ContinuousClock.Instant) throws
+        -> (ConnectionTransfers, SendScheduler, UInt32) {
+        let path = try PeerResourceTests.write(InboxTests.content(size), in: dir, "out.bin")
+        let peer = try #require(PeerID(bytes: [UInt8](repeating: 7, count: 32)))
+        var t = ConnectionTransfers(role: .dialer)
+        var scheduler = SendScheduler()
+        let (id, frame) = t.offer(try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0)), name: "out.bin", now: start)
+        #expect(frame != nil && !t.isSending(scheduler), "an offer not yet answered is not timed here")
+        _ = t.received(.resourceAccept(resourceID: id, offset: 0), from: peer, now: start)
+        _ = t.refill(&scheduler, now: start)
+        return (t, scheduler, id)
+    }
+
     /// The sender's clock runs only while the peer's window holds the resource's next frame
     /// back and nothing moves toward the peer: ten limits with the link moving, then ten with
     /// the window open (this side's lanes hold it), end nothing, and the limit counts from
     /// the last such look. Then it ends `timeout`, RESOURCE_CANCEL to the peer.
     @Test func theSendersClockRunsOnlyWhileThePeerHoldsItsData() throws {
         let dir = try Directory()
-        let path = try PeerResourceTests.write(InboxTests.content(600_000), in: dir, "clock.bin")
-        let peer = try #require(PeerID(bytes: [UInt8](repeating: 7, count: 32)))
         let start = ContinuousClock.now, limit = Duration.seconds(60)
-        var t = ConnectionTransfers(role: .dialer)
-        var scheduler = SendScheduler()
-        let (id, frame) = t.offer(try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0)), name: "clock.bin", now: start)
-        #expect(frame != nil && !t.isSending(scheduler), "an offer not yet answered is not timed here")
-        _ = t.received(.resourceAccept(resourceID: id, offset: 0), from: peer, now: start)
-        _ = t.refill(&scheduler, now: start)
+        var (t, scheduler, id) = try Self.sending(600_000, in: dir, at: start)
         #expect(t.isSending(scheduler) && scheduler.nextBulkBytes(on: id) == Session.Wire.maxPayload)
         let shut = SendCredit(connection: 0, stream: 0), open = SendCredit()
         for i in 1...10 {
@@ -195,14 +203,8 @@ import Testing
     /// of the whole file): never timed on this side, whatever the window.
     @Test func aResourceWaitingForThePeersVerdictIsNotTimedOut() throws {
         let dir = try Directory()
-        let path = try PeerResourceTests.write(InboxTests.content(1_000), in: dir, "small.bin")
-        let peer = try #require(PeerID(bytes: [UInt8](repeating: 6, count: 32)))
         let start = ContinuousClock.now, limit = Duration.seconds(60)
-        var t = ConnectionTransfers(role: .dialer)
-        var scheduler = SendScheduler()
-        let (id, _) = t.offer(try OutgoingFile(path: path, hashes: FileHashes(racyMargin: 0)), name: "small.bin", now: start)
-        _ = t.received(.resourceAccept(resourceID: id, offset: 0), from: peer, now: start)
-        _ = t.refill(&scheduler, now: start)
+        var (t, scheduler, id) = try Self.sending(1_000, in: dir, at: start)
         #expect(scheduler.queuedFrames(on: id) == 2, "the data and DONE")
         var credit = SendCredit()
         guard case .resourceData? = scheduler.next(credit: &credit) else {
