@@ -33,7 +33,7 @@
     F(BIO_get_data) F(BIO_get_new_index) F(BIO_meth_new) \
     F(BIO_meth_set_ctrl) F(BIO_meth_set_destroy) F(BIO_meth_set_read_ex) F(BIO_meth_set_write_ex) \
     F(BIO_new) F(BIO_read) F(BIO_s_mem) F(BIO_set_data) F(BIO_set_flags) F(BIO_set_init) \
-    F(BIO_up_ref) F(BIO_write) F(BN_bin2bn) \
+    F(BIO_write) F(BN_bin2bn) \
     F(BN_free) F(BN_to_ASN1_INTEGER) F(CRYPTO_get_ex_new_index) \
     F(ERR_clear_error) F(ERR_error_string_n) F(ERR_get_error) \
     F(EVP_Digest) F(EVP_DigestFinal_ex) F(EVP_DigestInit_ex) \

@@ -351,15 +351,21 @@ struct ConnectionTransfers {
                 continue
             }
             guard now - r.quietSince >= limit, let frame = table.cancel(id, reason: .timeout) else { continue }
-            receiving[id] = nil
             out.frames.append(frame)
             out.dropped.append(id)
-            let kept = file.suspend()
-            out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
-                                     detail: "no data for \(limit) while the peer could send; the \(kept) bytes received are kept for a resume",
-                                     byPeer: false, bytes: r.received))
+            timedOut(id, r, file, "no data for \(limit) while the peer could send", byPeer: false, &out)
         }
         return out
+    }
+
+    /// Ends the peer's resource `id` `timeout`, keeping its part: a timeout is not an abort.
+    private mutating func timedOut(_ id: UInt32, _ r: Receiving, _ file: IncomingFileWriter, _ why: String, byPeer: Bool,
+                                   _ out: inout Outcome) {
+        receiving[id] = nil
+        out.released += r.heldCredit
+        let kept = file.suspend()
+        out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
+                                 detail: "\(why); the \(kept) bytes received are kept for a resume", byPeer: byPeer, bytes: r.received))
     }
 
     /// Whether a resource of ours waits for the peer to take its data (accepted, with data
@@ -561,13 +567,7 @@ struct ConnectionTransfers {
         case .cancelled(let id, let reason):
             out.dropped.append(id)
             if reason == .timeout, let r = receiving[id], let file = r.file {
-                receiving[id] = nil
-                // The sender gave up waiting for our window (not an abort): the part stays.
-                out.released += r.heldCredit
-                let kept = file.suspend()
-                out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
-                                         detail: "the peer got no window for its idle timeout and stopped; the \(kept) bytes received are kept for a resume",
-                                         byPeer: true, bytes: r.received))
+                timedOut(id, r, file, "the peer got no window for its idle timeout and stopped", byPeer: true, &out)
                 break
             }
             let detail = reason == .timeout && sending[id] != nil

@@ -333,7 +333,7 @@ public final class PeerConnection: Sendable {
 
     /// After the machine's actions: a control lane that overflowed closes the connection
     /// (`busy`), whatever may go now is written (a CREDIT received, a frame queued), and a
-    /// look for stalled resources is due if one is being received.
+    /// look for stalled resources is due while one is received or waits for the peer.
     func endOfTurn(_ s: inout State, _ events: inout [Delivered]) {
         if s.controlOverflow, !s.closed {
             s.controlOverflow = false

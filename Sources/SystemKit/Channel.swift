@@ -197,16 +197,17 @@ public final class Channel: Sendable {
         // Read what is already there now instead of waiting for the source's first event. An
         // inline channel reads on the queue first and then turns the watch on, or the
         // reactor, woken at once, would wait in `sync` for that read.
-        if go, readsInline == nil || handOffToQueue() { readOnQueue() }
+        if go { readOnQueue() }
     }
 
-    /// A read pass on the queue: for an inline channel, `continueReading` (the watch's reading
-    /// is off until it is done); otherwise the plain loop beside the watch.
+    /// A read pass on the queue: for an inline channel, `continueReading` once reading is
+    /// handed to the queue (`handOffToQueue`: nothing when a pass is under way already or
+    /// reading stopped); otherwise the plain loop beside the watch.
     private func readOnQueue() {
-        if readsInline != nil {
-            queue.async { [weak self] in self?.continueReading() }
-        } else {
+        if readsInline == nil {
             queue.async { [weak self] in self?.readLoop() }
+        } else if handOffToQueue() {
+            queue.async { [weak self] in self?.continueReading() }
         }
     }
 
@@ -250,11 +251,11 @@ public final class Channel: Sendable {
         }
         // An inline channel: a pass on the queue, which turns the watch on at its end (one may
         // be under way already: it does).
-        if go, readsInline == nil || handOffToQueue() { readOnQueue() }
+        if go { readOnQueue() }
     }
 
     /// An inline channel's reading moves to the queue (`continueReading`, which the caller
-    /// starts when this says true): the watch's reading is off until it is done, so the
+    /// runs or queues when this says true): the watch's reading is off until it is done, so the
     /// reactor, woken meanwhile, does not wait in `sync` for it. False when reading stopped or
     /// a pass on the queue is under way already.
     private func handOffToQueue() -> Bool {
@@ -279,7 +280,7 @@ public final class Channel: Sendable {
         // changed it (a resource offered): asked again, the read goes to the queue if it no
         // longer holds.
         let outcome = readsInline?() == true ? readPasses(1, budget: Self.inlineBudget) : .more
-        if outcome == .more, handOffToQueue() { queue.async { [weak self] in self?.continueReading() } }
+        if outcome == .more { readOnQueue() }
     }
 
     /// The rest of an inline read's wakeup, on the queue; then the watch reads again.
