@@ -203,18 +203,20 @@ final class PeerMessageStream: Sendable {
 
     /// Reliable messages from the peer (on its connection's queue, in order): how many the
     /// stream took, from the first; the rest go to events (the stream has ended, or ends at
-    /// a message too large for it). A batch the socket has room for is written in one call.
+    /// a message too large for it). What the socket has room for goes in a few calls (runs
+    /// of `sendmmsg`), the rest one by one (waiting in `pending` once the socket is full).
     func deliver(_ messages: [[UInt8]]) -> Int {
-        if messages.count > 1, messages.allSatisfy({ $0.count <= maxMessage }) {
-            let all = state.withLock { s -> Bool in
-                guard !s.ended, !s.closeWhenWritten, s.pending.isEmpty, channel.send(contentsOf: messages) == .accepted else { return false }
-                s.counts.received += messages.count
-                return true
-            }
-            if all { return messages.count }
-        }
         var taken = 0
-        for m in messages {
+        if messages.count > 1 {
+            let fitting = messages.firstIndex { $0.count > maxMessage } ?? messages.count
+            taken = state.withLock { s -> Int in
+                guard !s.ended, !s.closeWhenWritten, s.pending.isEmpty else { return 0 }
+                let n = channel.sendLeading(messages[..<fitting])
+                s.counts.received += n
+                return n
+            }
+        }
+        for m in messages[taken...] {
             guard deliver(m) else { break }
             taken += 1
         }

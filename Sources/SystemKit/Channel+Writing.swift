@@ -40,6 +40,46 @@ extension Channel {
         offer(packets.map { Item(bytes: $0) }, counting: true)
     }
 
+    /// Packet mode: writes as many of `packets` as the socket and the outbox take now, in
+    /// order, and answers how many that is (0 when the channel is closed or the outbox full);
+    /// the caller keeps the rest. Into an empty outbox the packets go in runs of up to 64 a
+    /// call (`sendmmsg`) until the socket is full, and then up to `outboxLimit` wait: a
+    /// burst is a few system calls even for a caller that lets one packet wait at most.
+    public func sendLeading(_ packets: ArraySlice<[UInt8]>) -> Int {
+        precondition(mode == .packet, "sendLeading writes packets")
+        var failure: SystemError?
+        let taken = state.withLock { s -> Int in
+            if s.closed { return 0 }
+            if s.head < s.outbox.count {
+                // Something waits, so the socket is full: only the outbox's room is left.
+                let n = min(packets.count, max(0, outboxLimit - s.queued))
+                s.outbox.append(contentsOf: packets.prefix(n).map { Item(bytes: $0) })
+                s.queued += n
+                return n
+            }
+            s.outbox = packets.map { Item(bytes: $0) }
+            s.head = 0
+            s.queued = packets.count
+            let outcome = drain(&s)
+            // What the socket did not take: up to the outbox's room waits, the rest goes back.
+            let left = s.outbox.count - s.head
+            let giveBack = max(0, left - max(1, outboxLimit))
+            if giveBack > 0 {
+                s.outbox.removeLast(giveBack)
+                s.queued -= giveBack
+            }
+            switch outcome {
+            case .empty: break
+            case .blocked: arm(&s)
+            case .noMemory: waitForMemory(&s)
+            case .failed(let e): failure = e
+            }
+            return packets.count - giveBack
+        }
+        if let failure { fail(failure, fromSend: true) }
+        return taken
+    }
+
     /// Like `send`, but waits (without blocking a thread) while the outbox is full; false
     /// when the channel is closed (before or while waiting).
     public func write(_ bytes: [UInt8]) async -> Bool {
@@ -153,6 +193,7 @@ extension Channel {
             let n: Int?
             do {
                 if let errno = sendFault?() { throw SystemError(call: "send", code: errno) }
+                s.counts.writeCalls += 1
                 if run - s.head >= 2 {
                     n = try Self.sendPackets(fd, s.outbox[s.head..<run])
                 } else {

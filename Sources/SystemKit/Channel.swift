@@ -64,6 +64,8 @@ public final class Channel: Sendable {
     /// Counts of sends: items written to the socket, and `.full` answers.
     public struct Counts: Sendable, Equatable {
         public var written: UInt64 = 0
+        /// System calls that wrote (`send`, `sendmmsg`), the ones the socket refused included.
+        public var writeCalls: UInt64 = 0
         public var refused: UInt64 = 0
         /// Times the read source fired (a wakeup that gathers a burst counts once).
         public var readWakeups: UInt64 = 0

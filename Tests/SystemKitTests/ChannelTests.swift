@@ -234,6 +234,51 @@ import Glibc
         #expect(await flushed.wait { c.counts.written == UInt64(sent.count) })
     }
 
+    /// A burst handed on as it came (`sendLeading`) goes in one call while the socket has
+    /// room, even through an outbox that lets one packet wait (a message stream's: before, a
+    /// burst was refused whole there and went a packet a call); once the socket is full one
+    /// packet waits and the rest stay the caller's; what was taken arrives whole and in order,
+    /// and nothing else.
+    @Test func leadingPacketsGoInOneCallAndTheRestStayTheCallers() async throws {
+        let (ours, theirs) = try Self.pair(Self.packet)
+        defer { closeQuietly(theirs) }
+        let c = Channel(fd: ours, mode: .packet, label: "test", outboxLimit: 1)
+        defer { c.close() }
+        Seen().start(c)
+        func packets(_ range: Range<Int>) -> [[UInt8]] {
+            range.map { i in [UInt8(i >> 8 & 0xff), UInt8(i & 0xff)] + [UInt8](repeating: UInt8(i % 251), count: 1000) }
+        }
+        var taken = packets(0..<40)
+        #expect(c.sendLeading(taken[...]) == 40)
+        #expect(c.counts.writeCalls == 1, "forty packets, one call")
+        #expect(c.counts.written == 40)
+        // The peer does not read: bursts until the socket takes no more.
+        var next = 40
+        var last = 40
+        while last == 40 && next < 60_000 {
+            let burst = packets(next..<next + 40)
+            last = c.sendLeading(burst[...])
+            taken += burst.prefix(last)
+            next += 40
+        }
+        #expect(last < 40, "the socket filled")
+        #expect(c.counts.written == UInt64(taken.count - 1), "one packet waits in the outbox")
+        #expect(c.sendLeading(packets(next..<next + 5)[...]) == 0, "a full outbox takes none")
+        let want = taken.count
+        let got = try await onThread { () -> [[UInt8]] in
+            var got: [[UInt8]] = []
+            while got.count < want, let p = try Self.receive(theirs) { got.append(p) }
+            return got
+        }
+        #expect(got == taken, "what was taken, whole and in order")
+        let flushed = Signal()
+        c.whenFlushed { flushed.fire() }
+        #expect(await flushed.wait { c.counts.written == UInt64(want) })
+        #expect(try !SocketIO.waitReadable(theirs, timeoutMilliseconds: 0), "and nothing else")
+        c.close()
+        #expect(c.sendLeading(packets(0..<3)[...]) == 0, "a closed channel takes none")
+    }
+
     /// The one conversion of `Duration` for Dispatch, poll and nanosleep: rounding down to
     /// the unit, negative as zero, huge values clamped instead of trapping.
     /// What the peer has not taken yet counts as unsent (the kernel's queue included), and
