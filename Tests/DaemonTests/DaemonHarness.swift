@@ -116,7 +116,11 @@ final class DaemonHarness: Sendable {
     /// Records `what` as an issue with the end of the daemon's log, once per daemon.
     private func report(_ what: String, _ log: String) {
         guard crashReported.withLock({ r in defer { r = true }; return !r }) else { return }
-        Issue.record("\(what); its log:\n\(log.suffix(4000))")
+        // Swift's backtracer writes the crashed thread first, then every other one: keep
+        // from the crash on (the end alone held only the idle threads).
+        let start = log.range(of: "Program crashed")?.lowerBound ?? log.range(of: " crashed:")?.lowerBound
+        let text = start.map { String(log[$0...].prefix(12_000)) } ?? String(log.suffix(4000))
+        Issue.record("\(what); its log:\n\(text)")
     }
 
     deinit { stop() }
