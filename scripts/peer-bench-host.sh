@@ -52,11 +52,16 @@ done
 
 # ours NAME SENDER RECEIVER SIZE BYTES: one throughput run through the daemons' data streams.
 ours() {
-    local name=$1 tx=$2 rx=$3 size=$4 out c0
+    local name=$1 tx=$2 rx=$3 size=$4 out c0 client0 client1
     c0=$(( $(ticks "${PID[$tx]}") + $(ticks "${PID[$rx]}") ))
+    children_cpu client0
     out=$(python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
         --to "${ID[$rx]}" --from-id "${ID[$tx]}" --size "$size" --count $(( $5 / size ))) \
         || fail "$name: the throughput run failed: $out"
+    # The client at both ends (one Python process: a writer and a reader thread), which
+    # socat's file-to-file copy does not have, shares the cores with the daemons.
+    children_cpu client1
+    record "$name" client_cpu_s_per_gib "$(per_gib "$(awk -v a="$client0" -v b="$client1" 'BEGIN { print b - a }')" "$5")"
     local rate; rate=$(sed -n 's/.* bytes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")
     [ -n "$rate" ] || fail "$name: no rate in the throughput run's output: $out"
     record "$name" bytes_per_s "$rate"
@@ -78,6 +83,7 @@ socat_run() {
         connect="TCP:127.0.0.1:47711"
     fi
     : >"$work/socat.log"
+    local cpu0 cpu1; children_cpu cpu0
     socat -d -d -lu -u -b "$size" "$listen" OPEN:"$work/rx.bin",creat,trunc >"$work/socat.log" 2>&1 &
     rx=$!
     for i in $(seq 100); do grep -q "listening on" "$work/socat.log" && break; sleep 0.05; done
@@ -85,6 +91,9 @@ socat_run() {
     socat -u -b "$size" OPEN:"$work/data.bin" "$connect" 2>"$work/socat-tx.log" \
         || fail "$name: the socat sender failed: $(cat "$work/socat-tx.log")"
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$work/socat.log")"
+    # Both socat processes' CPU (and the few greps that waited for the listener).
+    children_cpu cpu1
+    record "$name" cpu_s_per_gib "$(per_gib "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$bytes")"
     cmp -s "$work/data.bin" "$work/rx.bin" || fail "$name: socat's copy differs from what it was given"
     [ "$2" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$work/socat.log" || fail "$name: socat did not use TLS 1.3"
     local rate
@@ -164,6 +173,7 @@ sleep 1
 RSS8=$(rss_mb "${PID[hub]}")
 
 ratio() { awk -v a="$(m "$1" bytes_per_s)" -v b="$(m "$2" bytes_per_s)" 'BEGIN { printf "%.3f", a / b }'; }
+cpu_ratio() { awk -v a="$(m "$1" daemons_cpu_s_per_gib)" -v b="$(m "$2" cpu_s_per_gib)" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
 mkdir -p "$(dirname "$OUT")"
 {
     echo "bench peer_host.repeat=$REPEAT"
@@ -175,9 +185,17 @@ mkdir -p "$(dirname "$OUT")"
         done
         for name in ours_tls ours_plain; do
             echo "bench peer_host.${name}_$tag.daemons_cpu_s_per_gib=$(m "${name}_$tag" daemons_cpu_s_per_gib)"
+            echo "bench peer_host.${name}_$tag.client_cpu_s_per_gib=$(m "${name}_$tag" client_cpu_s_per_gib)"
+        done
+        for name in socat_tls socat_tcp; do
+            echo "bench peer_host.${name}_$tag.cpu_s_per_gib=$(m "${name}_$tag" cpu_s_per_gib)"
         done
         echo "bench peer_host.ratio_tls_vs_socat_tls_$tag=$(ratio "ours_tls_$tag" "socat_tls_$tag")"
         echo "bench peer_host.ratio_plain_vs_socat_tcp_$tag=$(ratio "ours_plain_$tag" "socat_tcp_$tag")"
+        # CPU a GiB, both daemons over both socat processes: the work each does for the same
+        # bytes, whatever the clients at our ends took from the shared cores.
+        echo "bench peer_host.cpu_ratio_daemons_vs_socat_tls_$tag=$(cpu_ratio "ours_tls_$tag" "socat_tls_$tag")"
+        echo "bench peer_host.cpu_ratio_daemons_vs_socat_tcp_$tag=$(cpu_ratio "ours_plain_$tag" "socat_tcp_$tag")"
     done
     for k in p50_ms p99_ms; do
         echo "bench peer_host.rtt_ours_$k=$(rtt_value "$STREAM_RTT" $k)"
