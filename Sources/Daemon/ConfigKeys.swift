@@ -84,7 +84,7 @@ public enum ConfigKeys {
         ConfigKey("peer.max_resource_bytes", values: "bytes, or with K, M, G", default: "4G",
                   "The largest resource accepted; a larger offer is declined with 'too-large'."),
         ConfigKey("peer.transfer_idle_timeout", values: "seconds 1-3600", default: "60",
-                  "A resource being received that gets no data this long while the peer could send it is cancelled with 'timeout'; what arrived is kept for a resume."),
+                  "A resource being received that gets no data this long while the peer could send it is cancelled with 'timeout'; so is one being sent that the peer's windows hold back this long while nothing moves, or whose verdict does not come within this and a second more for every 4 MiB once the peer has every byte; what arrived is kept for a resume."),
         ConfigKey("peer.inbox_dir", values: "an absolute path", default: "<state_dir>/peer/inbox",
                   "Where received resources are saved (transfers in progress under .part/)."),
     ]

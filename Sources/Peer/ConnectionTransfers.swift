@@ -369,9 +369,24 @@ struct ConnectionTransfers {
     }
 
     /// Whether a resource of ours waits for the peer to take its data (accepted, with data
-    /// not yet sent): the connection then looks for stalls (`stalledSending`) now and then.
+    /// not yet sent) or for its verdict: the connection then looks for stalls
+    /// (`stalledSending`) now and then.
     func isSending(_ scheduler: SendScheduler) -> Bool {
-        sending.keys.contains { awaitsThePeer($0, scheduler) }
+        sending.keys.contains { awaitsThePeer($0, scheduler) || awaitsVerdict($0, scheduler) }
+    }
+
+    /// How long a peer may take to answer a resource's DONE once nothing moves: `limit`,
+    /// and a second more for every whole 4 MiB of the resource. Ours hashes the bytes as they
+    /// come and flushes all but the last few MiB (`Inbox.Limits.syncInterval`) on the way,
+    /// so it answers within moments; another may hash the whole file only at the end, on a
+    /// board without SHA instructions (a few MB a second).
+    static func verdictLimit(_ limit: Duration, size: UInt64) -> Duration {
+        limit + .seconds(Int64(size >> 22))
+    }
+
+    /// Every frame sent, DONE too: the peer's verdict is awaited.
+    private func awaitsVerdict(_ id: UInt32, _ scheduler: SendScheduler) -> Bool {
+        table.transfers[id]?.phase == .verifying && scheduler.queuedFrames(on: id) == 0
     }
 
     /// Accepted and not all sent: data to hand out, or handed out and waiting in the lanes
@@ -388,10 +403,24 @@ struct ConnectionTransfers {
     /// (the others wait for this side's lanes). Their clocks restart otherwise. The peer
     /// hears RESOURCE_CANCEL `timeout` and keeps its part. Without this a peer that accepts
     /// and never gives window, while it answers pings, would hold the resource forever.
-    /// Not timed: data all sent, awaiting the peer's verdict (its hash and fsync).
+    /// The same for a resource whose frames all went and whose verdict does not come while
+    /// nothing moves (our bytes on their way count) for `verdictLimit`: a verdict that never
+    /// comes would hold the resource, and its file open, for ever.
     mutating func stalledSending(now: ContinuousClock.Instant, after limit: Duration, moved: Bool,
                                  scheduler: SendScheduler, credit: SendCredit) -> Outcome {
         var out = Outcome()
+        for id in sending.keys.sorted() where awaitsVerdict(id, scheduler) {
+            guard let s = sending[id] else { continue }
+            if moved {
+                sending[id]?.quietSince = now
+                continue
+            }
+            let wait = Self.verdictLimit(limit, size: table.transfers[id]?.offer.size ?? 0)
+            guard now - s.quietSince >= wait else { continue }
+            Self.merge(cancel(id, reason: .timeout,
+                              detail: "the peer did not confirm the file within \(wait) of getting all of it; sending the file again resumes from what it has"),
+                       into: &out)
+        }
         for id in sending.keys.sorted() where awaitsThePeer(id, scheduler) {
             guard let s = sending[id] else { continue }
             let heldByThePeer = scheduler.nextBulkBytes(on: id).map { !credit.allows($0, on: id) } ?? false

@@ -43,7 +43,9 @@ public struct PeerNodeConfig: Sendable {
     /// key and state from being sent; the default allows every path).
     public var mayOffer: @Sendable (String) -> Bool = { _ in true }
     /// An accepted resource of a peer's that gets no data this long while the peer could
-    /// send it is ended `timeout`, its part kept for a resume (`transfer_idle_timeout`).
+    /// send it is ended `timeout`, its part kept for a resume (`transfer_idle_timeout`); so
+    /// is one of ours held back this long, or whose verdict does not come
+    /// (`ConnectionTransfers.stalledSending`).
     public var transferIdleTimeout: Duration = .seconds(60)
     /// Files changed less than this long (nanoseconds) before they are offered do not have
     /// their hashes remembered (`FileHashes.racyMargin`; tests set 0).

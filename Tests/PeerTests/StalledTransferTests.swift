@@ -115,6 +115,34 @@ import Testing
         #expect(try await Raw.stillUp(a, raw, 1))
     }
 
+    /// The node as the sender, its peer taking every byte and DONE and then saying nothing:
+    /// the node ends it `timeout` once nothing moved for `transferIdleTimeout` (before, it
+    /// waited for the verdict for ever, the file open), and the session goes on.
+    @Test func aVerdictThatNeverComesEndsTimeout() async throws {
+        let dir = try Directory()
+        let (a, raw, me) = try await PeerFlowTests.rawSession("verdict", inbox: try Inbox(directory: dir.path + "/inbox"),
+                                                              transferIdleTimeout: Self.idle)
+        defer { raw.close(); a.node.stop() }
+        let path = try PeerResourceTests.write(InboxTests.content(100_000), in: dir, "quiet.bin")
+        let sent = try await a.node.sendResource(path: path, to: [me])
+        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
+        guard case .resourceOffer(let o)? = offer else {
+            Issue.record("no offer: \(String(describing: offer))")
+            return
+        }
+        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0)])
+        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceDone(resourceID: o.resourceID), "every byte, within the first window")
+        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: o.resourceID, reason: .timeout))
+        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, false)) = $0 { true } else { false } }
+        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
+            Issue.record("no timeout reported")
+            return
+        }
+        #expect(t.id == sent.first?.id && t.outgoing && t.bytes == 100_000)
+        #expect(detail.contains("did not confirm"), "\(detail)")
+        #expect(try await Raw.stillUp(a, raw, 1))
+    }
+
     /// The node as the receiver of a sender that gave up waiting for its window: the part
     /// stays (a timeout is not an abort), and the same content offered again resumes from it.
     @Test func aSendersTimeoutKeepsThePartForAResume() async throws {
@@ -199,9 +227,11 @@ import Testing
         #expect(!t.isSending(scheduler))
     }
 
-    /// A resource whose data all went waits for the peer's verdict (its hash check and fsync
-    /// of the whole file): never timed on this side, whatever the window.
-    @Test func aResourceWaitingForThePeersVerdictIsNotTimedOut() throws {
+    /// A resource whose data all went waits for the peer's verdict: not timed while DONE
+    /// waits (for no window) or anything moves (our bytes on their way, the peer's CREDITs),
+    /// then ended `timeout` once nothing moved for the limit (a small file: no more), the
+    /// peer told.
+    @Test func aVerdictThatNeverComesEndsTimeoutOnceNothingMoves() throws {
         let dir = try Directory()
         let start = ContinuousClock.now, limit = Duration.seconds(60)
         var (t, scheduler, id) = try Self.sending(1_000, in: dir, at: start)
@@ -217,7 +247,25 @@ import Testing
             #expect(t.stalledSending(now: start + limit * i, after: limit, moved: false, scheduler: scheduler, credit: shut).frames.isEmpty)
         }
         _ = scheduler.next(credit: &credit)
-        #expect(!t.isSending(scheduler), "DONE went: the verdict is awaited")
+        #expect(t.isSending(scheduler), "DONE went: the verdict is awaited, and looked for")
+        let sent = start + limit * 11
+        for i in 0...10 {
+            let out = t.stalledSending(now: sent + limit * i, after: limit, moved: true, scheduler: scheduler, credit: shut)
+            #expect(out.frames.isEmpty, "moving at \(i) limits")
+        }
+        let last = sent + limit * 10
+        #expect(t.stalledSending(now: last + limit / 2, after: limit, moved: false, scheduler: scheduler, credit: shut).frames.isEmpty)
+        let out = t.stalledSending(now: last + limit, after: limit, moved: false, scheduler: scheduler, credit: shut)
+        #expect(out.frames == [.resourceCancel(resourceID: id, reason: .timeout)])
+        guard case .ended(id, true, .timeout, let detail, false, _)? = out.events.first, out.events.count == 1 else {
+            Issue.record("not one timeout: \(out.events)")
+            return
+        }
+        #expect(detail.contains("did not confirm"), "\(detail)")
+        #expect(!t.isSending(scheduler))
+        // A large file gives the peer longer: a second more for every whole 4 MiB.
+        #expect(ConnectionTransfers.verdictLimit(limit, size: 4 << 30) == limit + .seconds(1024))
+        #expect(ConnectionTransfers.verdictLimit(limit, size: (4 << 20) - 1) == limit)
     }
 
     /// A resource of 300,000 bytes accepted and given its first 50,000 (written: `suspend`
