@@ -95,8 +95,8 @@ public struct ResourceTable: Sendable {
     /// Entries of `transfers` each way.
     private var outgoingCount = 0, incomingCount = 0
     /// Ids that have ended: a late frame for one is ignored, a new offer reusing one is
-    /// refused. Four bytes a resource for the connection's life.
-    private var ended: Set<UInt32> = []
+    /// refused (kept as runs: a few bytes however many resources a session carries).
+    private(set) var ended = UsedIDs()
     private let role: Role
     private var nextID: UInt32
 
@@ -322,7 +322,7 @@ public struct ResourceTable: Sendable {
         // or a stream's), or of this side's parity: refused.
         if let why = peerIDProblem(id) { return violation(id, "resource \(why)", known: transfers[id] != nil || isHeld(id)) }
         guard incomingCount < Self.maxInProgress else {
-            // Remembered like any id used (a late frame for it is ignored): four bytes.
+            // Remembered like any id used (a late frame for it is ignored).
             ended.insert(id)
             return .refused(id: id, reply: .resourceDecline(resourceID: id, reason: .busy))
         }

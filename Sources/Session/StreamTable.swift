@@ -81,8 +81,8 @@ public struct StreamTable: Sendable {
 
     /// The streams in progress, by id.
     public private(set) var streams: [UInt32: Stream] = [:]
-    /// Ids that have ended: a late frame for one is ignored.
-    private var ended: Set<UInt32> = []
+    /// Ids that have ended: a late frame for one is ignored (kept as runs).
+    private(set) var ended = UsedIDs()
     /// Bytes of outgoing streams not yet in the lanes, in frame-sized chunks.
     private var pending: [UInt32: [[UInt8]]] = [:]
     private let maxIncoming: Int
