@@ -88,9 +88,9 @@ struct ConnectionTransfers {
         /// Bytes handed to the scheduler (the table forgets it when the resource ends).
         var handedOut: UInt64 = 0
         var doneQueued = false
-        /// Since when nothing moved toward the peer while its data waited (`stalledSending`):
-        /// the accept, or the last look that found the link moving or this side the one
-        /// holding it back.
+        /// Since when nothing moved toward the peer while its data or its verdict waited
+        /// (`stalledSending`): the accept, or the last look that found the link moving or
+        /// this side the one holding it back.
         var quietSince: ContinuousClock.Instant
     }
 
@@ -418,7 +418,7 @@ struct ConnectionTransfers {
             let wait = Self.verdictLimit(limit, size: table.transfers[id]?.offer.size ?? 0)
             guard now - s.quietSince >= wait else { continue }
             Self.merge(cancel(id, reason: .timeout,
-                              detail: "the peer did not confirm the file within \(wait) of getting all of it; sending the file again resumes from what it has"),
+                              detail: "the peer did not confirm the file within \(wait) of getting all of it (a confirmation on its way meanwhile is not counted: the peer may have it whole); sending the file again resumes from what the peer kept"),
                        into: &out)
         }
         for id in sending.keys.sorted() where awaitsThePeer(id, scheduler) {

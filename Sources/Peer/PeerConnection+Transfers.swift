@@ -124,8 +124,8 @@ extension PeerConnection {
     // MARK: Stalled resources (on the queue)
 
     /// While a resource of the peer's is being received, or one of ours waits for the peer
-    /// to take its data, a look for stalls every quarter of `transferIdleTimeout` (so one is
-    /// found between one and one and a quarter of it).
+    /// to take its data or to give its verdict, a look for stalls every quarter of
+    /// `transferIdleTimeout` (so one is found between one and one and a quarter of it).
     func armStallCheck(_ s: inout State) {
         guard !s.stallCheckArmed, !s.closed, s.transfers.isReceiving || s.transfers.isSending(s.scheduler) else { return }
         s.stallCheckArmed = true
@@ -136,8 +136,8 @@ extension PeerConnection {
 
     /// Ends the peer's resources that got no data for `transferIdleTimeout` while the
     /// connection brought no data at all and the peer's windows let it send
-    /// (`ConnectionTransfers.stalled`), and ours that the peer's windows held back as long
-    /// while nothing moved toward it (`stalledSending`).
+    /// (`ConnectionTransfers.stalled`), and ours that the peer's windows held back as long,
+    /// or whose verdict did not come, while nothing moved toward it (`stalledSending`).
     private func lookForStalls() {
         turn { s, events in
             s.stallCheckArmed = false
