@@ -173,7 +173,7 @@ sleep 1
 RSS8=$(rss_mb "${PID[hub]}")
 
 ratio() { awk -v a="$(m "$1" bytes_per_s)" -v b="$(m "$2" bytes_per_s)" 'BEGIN { printf "%.3f", a / b }'; }
-cpu_ratio() { awk -v a="$(m "$1" daemons_cpu_s_per_gib)" -v b="$(m "$2" cpu_s_per_gib)" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }'; }
+cpu_ratio() { awk -v a="$(m "$1" daemons_cpu_s_per_gib)" -v b="$(m "$2" cpu_s_per_gib)" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 mkdir -p "$(dirname "$OUT")"
 {
     echo "bench peer_host.repeat=$REPEAT"
