@@ -6,9 +6,10 @@
 #   - ours with TLS against socat with OPENSSL: on both ends (a client certificate,
 #     verify=1, TLS 1.3) and against raw TCP socat; ours with encryption = none against raw
 #     TCP socat; the same bytes as a byte stream (peer open-stream / accept-stream, TLS);
-#   - cold and cached: ours (TLS) first for a file changed since the daemon last saw it
-#     (touched, so it is hashed before its offer), then the same file again, whose hash
-#     the daemon remembers (FileHashes: the offer goes without reading the file through);
+#   - cold and cached: ours (TLS, and again without encryption) first for a file changed
+#     since the daemon last saw it (touched, so it is hashed before its offer), then the
+#     same file again, whose hash the daemon remembers (FileHashes: the offer goes without
+#     reading the file through);
 #   - the round trip of a 64-byte message through the same session during another TLS
 #     transfer (peer-tool.py stream-rtt, from the first data to the transfer's end; that
 #     transfer is timed apart, since the round trips' client takes CPU the others do not
@@ -136,7 +137,7 @@ socat_run() {
 }
 
 for run in $(seq "$REPEAT"); do
-    note "run $run of $REPEAT: ours (TLS, cold then cached), socat TLS, socat TCP, ours (none), a byte stream (TLS), ours (TLS, round trips meanwhile)"
+    note "run $run of $REPEAT: ours (TLS, cold then cached), socat TLS, socat TCP, ours (none, cold then cached), a byte stream (TLS), ours (TLS, round trips meanwhile)"
     # Cold: changed since any daemon hashed it. The pause puts the change beyond the margin
     # within which a daemon does not remember a file's hash (3 s), so the cold run's hash is
     # remembered for the cached one.
@@ -146,6 +147,7 @@ for run in $(seq "$REPEAT"); do
     socat_run socat_tls tls
     socat_run socat_tcp tcp
     ours ours_plain d c
+    ours ours_plain_cached d c
     ours_stream ours_stream_tls b a
     ours ours_tls_rtt b a rtt
 done
@@ -173,7 +175,7 @@ mkdir -p "$(dirname "$OUT")"
 {
     echo "bench peer_transfer_host.bytes=$BYTES"
     echo "bench peer_transfer_host.repeat=$REPEAT"
-    for name in ours_tls ours_tls_cached socat_tls socat_tcp ours_plain ours_stream_tls ours_tls_rtt; do
+    for name in ours_tls ours_tls_cached socat_tls socat_tcp ours_plain ours_plain_cached ours_stream_tls ours_tls_rtt; do
         echo "bench peer_transfer_host.$name.seconds=$(m $name seconds)"
         echo "bench peer_transfer_host.$name.seconds_each_run=$(each_run $name seconds)"
     done
@@ -181,6 +183,7 @@ mkdir -p "$(dirname "$OUT")"
     echo "bench peer_transfer_host.ratio_tls_cached_vs_socat_tls=$(ratio ours_tls_cached socat_tls)"
     echo "bench peer_transfer_host.ratio_tls_vs_socat_tcp=$(ratio ours_tls socat_tcp)"
     echo "bench peer_transfer_host.ratio_plain_vs_socat_tcp=$(ratio ours_plain socat_tcp)"
+    echo "bench peer_transfer_host.ratio_plain_cached_vs_socat_tcp=$(ratio ours_plain_cached socat_tcp)"
     echo "bench peer_transfer_host.ratio_stream_tls_vs_socat_tls=$(ratio ours_stream_tls socat_tls)"
     echo "bench peer_transfer_host.cores=$CORES"
     echo "bench peer_transfer_host.sha256_s_per_gib=$(awk -v r="$SHA_RATE" 'BEGIN { printf "%.3f", 1073741824 / r }')"
@@ -191,8 +194,9 @@ mkdir -p "$(dirname "$OUT")"
     echo "bench peer_transfer_host.bound_ratio_tls_cached_vs_socat_tls=$(bound socat_tls socat_tls 0)"
     echo "bench peer_transfer_host.bound_ratio_tls_vs_socat_tcp=$(bound socat_tls socat_tcp 1)"
     echo "bench peer_transfer_host.bound_ratio_plain_vs_socat_tcp=$(bound socat_tcp socat_tcp 1)"
+    echo "bench peer_transfer_host.bound_ratio_plain_cached_vs_socat_tcp=$(bound socat_tcp socat_tcp 0)"
     for k in rtt_p50_ms rtt_p99_ms rtt_count; do echo "bench peer_transfer_host.ours_tls_rtt.$k=$(m ours_tls_rtt $k)"; done
-    for name in ours_tls ours_plain; do
+    for name in ours_tls ours_plain ours_plain_cached; do
         for k in cpu_s_per_gib_sender cpu_s_per_gib_receiver page_faults_per_gib_sender page_faults_per_gib_receiver \
             rss_mb_sender rss_mb_receiver; do
             echo "bench peer_transfer_host.$name.$k=$(m $name $k)"
