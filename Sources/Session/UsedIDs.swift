@@ -8,8 +8,11 @@
 /// wait in a set until the run reaches them. A set of every id kept about ten bytes for each
 /// instead: a session that sends a file every ten seconds for a month grew by some 2.5 MB for
 /// nothing. A peer that picks its ids out of order fills the set, as it did before, and every
-/// step stays constant time (a sorted list of runs would let a peer that counts down make
-/// each insert move the whole list).
+/// step stays constant time, amortised (a sorted list of runs would let a peer that counts
+/// down make each insert move the whole list). Only a table that sees every id of its side
+/// keeps one run: `ResourceTable` does (streams take theirs through it); `StreamTable` sees
+/// stream ids only, so where resources come between streams its ids stay strays, as many as
+/// a set held before.
 public struct UsedIDs: Sendable {
     private struct Side: Sendable {
         /// Consecutive ids of this parity (as `id >> 1`), all inserted.
@@ -41,6 +44,8 @@ public struct UsedIDs: Sendable {
             while r.upperBound < UInt32.max >> 1, strays.remove(r.upperBound + 1) != nil { r = r.lowerBound...(r.upperBound + 1) }
             while r.lowerBound > 0, strays.remove(r.lowerBound - 1) != nil { r = (r.lowerBound - 1)...r.upperBound }
             run = r
+            // A set keeps its largest storage when emptied: give back what a burst grew.
+            if strays.isEmpty && strays.capacity > 64 { strays = [] }
         }
     }
 
@@ -57,4 +62,7 @@ public struct UsedIDs: Sendable {
 
     /// Ids kept one by one, outside the runs (what the memory grows with).
     public var strayCount: Int { sides[0].strays.count + sides[1].strays.count }
+
+    /// Room the strays' sets hold (tests: given back once they are empty).
+    var strayStorage: Int { sides[0].strays.capacity + sides[1].strays.capacity }
 }

@@ -44,6 +44,7 @@ import Testing
         #expect(!ids.contains(1002) && ids.contains(1000) && ids.contains(1004) && ids.contains(199_999))
         ids.insert(1002)
         #expect(ids.strayCount == 0)
+        #expect(ids.strayStorage <= 64, "the strays' storage given back once they are all in the run")
         #expect(!ids.contains(0) && !ids.contains(200_001) && !ids.contains(200_002))
     }
 
