@@ -75,15 +75,9 @@ rss_mb() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
 # CPU ticks (utime + stime, 1/100 s) of process $1 so far; its minor page faults so far.
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# children_cpu VAR: sets VAR to the CPU seconds (user and system) of every child this shell
-# has waited for so far, their own waited-for children included (bash's `times`, second
-# line; called in this shell, not in a subshell, which would count its own children only):
-# taken around a foreground command, what that command and its children used.
-children_cpu() {
-    times >"$work/.times"
-    printf -v "$1" '%s' "$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); s += p[1] * 60 + p[2] } printf "%.3f", s }' "$work/.times")"
-}
-per_gib() { awk -v s="$1" -v b="$2" 'BEGIN { printf "%.2f", s / (b / 1073741824) }'; }
+# cpu_per_gib FILE BYTES: bash `time`'s "USER SYSTEM" seconds in FILE (the last such line,
+# under TIMEFORMAT='%3U %3S'), per GiB of BYTES.
+cpu_per_gib() { awk -v b="$2" 'NF == 2 { t = $1 + $2 } END { printf "%.2f", t / (b / 1073741824) }' "$1"; }
 faults() { awk '{ print $10 }' "/proc/$1/stat"; }
 now() { date +%s%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }

@@ -52,16 +52,15 @@ done
 
 # ours NAME SENDER RECEIVER SIZE BYTES: one throughput run through the daemons' data streams.
 ours() {
-    local name=$1 tx=$2 rx=$3 size=$4 out c0 client0 client1
+    local name=$1 tx=$2 rx=$3 size=$4 out c0
     c0=$(( $(ticks "${PID[$tx]}") + $(ticks "${PID[$rx]}") ))
-    children_cpu client0
-    out=$(python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
-        --to "${ID[$rx]}" --from-id "${ID[$tx]}" --size "$size" --count $(( $5 / size ))) \
-        || fail "$name: the throughput run failed: $out"
     # The client at both ends (one Python process: a writer and a reader thread), which
-    # socat's file-to-file copy does not have, shares the cores with the daemons.
-    children_cpu client1
-    record "$name" client_cpu_s_per_gib "$(per_gib "$(awk -v a="$client0" -v b="$client1" 'BEGIN { print b - a }')" "$5")"
+    # socat's file-to-file copy does not have, shares the cores with the daemons: under
+    # bash's `time` for its CPU seconds.
+    out=$( { TIMEFORMAT='%3U %3S'; time python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
+        --to "${ID[$rx]}" --from-id "${ID[$tx]}" --size "$size" --count $(( $5 / size )); } 2>"$work/client.cpu") \
+        || fail "$name: the throughput run failed: $out $(cat "$work/client.cpu")"
+    record "$name" client_cpu_s_per_gib "$(cpu_per_gib "$work/client.cpu" "$5")"
     local rate; rate=$(sed -n 's/.* bytes_per_s=\([0-9.]*\).*/\1/p' <<<"$out")
     [ -n "$rate" ] || fail "$name: no rate in the throughput run's output: $out"
     record "$name" bytes_per_s "$rate"
@@ -83,17 +82,18 @@ socat_run() {
         connect="TCP:127.0.0.1:47711"
     fi
     : >"$work/socat.log"
-    local cpu0 cpu1; children_cpu cpu0
-    socat -d -d -lu -u -b "$size" "$listen" OPEN:"$work/rx.bin",creat,trunc >"$work/socat.log" 2>&1 &
+    # Each socat under bash's `time`, for its CPU seconds.
+    ( TIMEFORMAT='%3U %3S'; time socat -d -d -lu -u -b "$size" "$listen" OPEN:"$work/rx.bin",creat,trunc \
+        >"$work/socat.log" 2>&1 ) 2>"$work/socat-rx.cpu" &
     rx=$!
     for i in $(seq 100); do grep -q "listening on" "$work/socat.log" && break; sleep 0.05; done
     grep -q "listening on" "$work/socat.log" || fail "$name: socat did not listen: $(cat "$work/socat.log")"
-    socat -u -b "$size" OPEN:"$work/data.bin" "$connect" 2>"$work/socat-tx.log" \
-        || fail "$name: the socat sender failed: $(cat "$work/socat-tx.log")"
+    { TIMEFORMAT='%3U %3S'; time socat -u -b "$size" OPEN:"$work/data.bin" "$connect" 2>"$work/socat-tx.log"; } \
+        2>"$work/socat-tx.cpu" || fail "$name: the socat sender failed: $(cat "$work/socat-tx.log")"
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$work/socat.log")"
-    # Both socat processes' CPU (and the few greps that waited for the listener).
-    children_cpu cpu1
-    record "$name" cpu_s_per_gib "$(per_gib "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$bytes")"
+    # Both socat processes' CPU.
+    record "$name" cpu_s_per_gib "$(awk -v a="$(cpu_per_gib "$work/socat-rx.cpu" "$bytes")" -v b="$(cpu_per_gib "$work/socat-tx.cpu" "$bytes")" \
+        'BEGIN { printf "%.2f", a + b }')"
     cmp -s "$work/data.bin" "$work/rx.bin" || fail "$name: socat's copy differs from what it was given"
     [ "$2" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$work/socat.log" || fail "$name: socat did not use TLS 1.3"
     local rate

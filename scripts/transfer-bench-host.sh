@@ -49,8 +49,6 @@ pl b peer connect 127.0.0.1:47601 >/dev/null || fail "no session b -> a"
 pl d peer connect 127.0.0.1:47611 >/dev/null || fail "no session d -> c"
 
 per_gib() { awk -v t="$1" -v b="$BYTES" 'BEGIN { printf "%.2f", t / 100 / (b / 1073741824) }'; }
-# cpu_per_gib FILE: bash `time`'s "USER SYSTEM" seconds in FILE, per GiB.
-cpu_per_gib() { awk -v b="$BYTES" 'NF == 2 { t = $1 + $2 } END { printf "%.2f", t / (b / 1073741824) }' "$1"; }
 check_sum() { [ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$SUM" ] || fail "$2: the copy's sha256sum differs from the file's"; rm -f "$1"; }
 
 # ours NAME SENDER RECEIVER [rtt]: one send-file; with rtt, 64-byte round trips on the same
@@ -130,8 +128,8 @@ socat_run() {
         2>"$work/socat-tx.cpu" || fail "$name: the socat sender failed: $(cat "$work/socat-tx.log")"
     wait "$rx" || fail "$name: the socat receiver failed: $(cat "$work/socat.log")"
     record "$name" seconds "$(seconds_since "$t0")"
-    record "$name" cpu_s_per_gib_sender "$(cpu_per_gib "$work/socat-tx.cpu")"
-    record "$name" cpu_s_per_gib_receiver "$(cpu_per_gib "$work/socat-rx.cpu")"
+    record "$name" cpu_s_per_gib_sender "$(cpu_per_gib "$work/socat-tx.cpu" "$BYTES")"
+    record "$name" cpu_s_per_gib_receiver "$(cpu_per_gib "$work/socat-rx.cpu" "$BYTES")"
     [ "$2" = tcp ] || grep -q "SSL proto version used: TLSv1.3" "$work/socat.log" || fail "$name: socat did not use TLS 1.3"
     check_sum "$work/rx.bin" "$name"
 }
