@@ -409,29 +409,22 @@ struct ConnectionTransfers {
     mutating func stalledSending(now: ContinuousClock.Instant, after limit: Duration, moved: Bool,
                                  scheduler: SendScheduler, credit: SendCredit) -> Outcome {
         var out = Outcome()
-        for id in sending.keys.sorted() where awaitsVerdict(id, scheduler) {
+        for id in sending.keys.sorted() {
             guard let s = sending[id] else { continue }
-            if moved {
-                sending[id]?.quietSince = now
-                continue
-            }
-            let wait = Self.verdictLimit(limit, size: table.transfers[id]?.offer.size ?? 0)
-            guard now - s.quietSince >= wait else { continue }
-            Self.merge(cancel(id, reason: .timeout,
-                              detail: "the peer did not confirm the file within \(wait) of getting all of it (a confirmation on its way meanwhile is not counted: the peer may have it whole); sending the file again resumes from what the peer kept"),
-                       into: &out)
-        }
-        for id in sending.keys.sorted() where awaitsThePeer(id, scheduler) {
-            guard let s = sending[id] else { continue }
-            let heldByThePeer = scheduler.nextBulkBytes(on: id).map { !credit.allows($0, on: id) } ?? false
+            // Held by the peer: its verdict awaited, or its window keeping the next frame back.
+            let verdict = awaitsVerdict(id, scheduler)
+            guard verdict || awaitsThePeer(id, scheduler) else { continue }
+            let heldByThePeer = verdict || scheduler.nextBulkBytes(on: id).map { !credit.allows($0, on: id) } ?? false
             if moved || !heldByThePeer {
                 sending[id]?.quietSince = now
                 continue
             }
-            guard now - s.quietSince >= limit else { continue }
-            Self.merge(cancel(id, reason: .timeout,
-                              detail: "the peer gave no window for \(limit) while its data waited; sending the file again resumes from what it has"),
-                       into: &out)
+            let wait = verdict ? Self.verdictLimit(limit, size: table.transfers[id]?.offer.size ?? 0) : limit
+            guard now - s.quietSince >= wait else { continue }
+            let detail = verdict
+                ? "the peer did not confirm the file within \(wait) of getting all of it (a confirmation on its way meanwhile is not counted: the peer may have it whole); sending the file again resumes from what the peer kept"
+                : "the peer gave no window for \(limit) while its data waited; sending the file again resumes from what it has"
+            Self.merge(cancel(id, reason: .timeout, detail: detail), into: &out)
         }
         return out
     }
