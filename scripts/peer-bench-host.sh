@@ -32,7 +32,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STATIC=${1:?static bin dir}; OUT=${2:?output log}
 REPEAT=${BENCH_REPEAT:-3}
-BYTES_1K=${BENCH_PEER_BYTES_1K:-67108864}      # 65,536 messages of 1 KiB
+BYTES_1K=${BENCH_PEER_BYTES_1K:-268435456}     # 262,144 messages of 1 KiB
 BYTES_64K=${BENCH_PEER_BYTES_64K:-536870912}   # 8,192 messages of 64 KiB
 BULK=${BENCH_PEER_BULK_BYTES:-2147483648}      # the byte stream beside the unreliable messages
 RTT_N=${BENCH_PEER_RTT:-2000}
@@ -54,7 +54,8 @@ done
 ours() {
     local name=$1 tx=$2 rx=$3 size=$4 out c0
     c0=$(( $(ticks "${PID[$tx]}") + $(ticks "${PID[$rx]}") ))
-    # The client at both ends (one Python process: a writer and a reader thread), which
+    # The client at both ends (one Python process: a writer and a reader thread, each moving
+    # up to 64 packets a system call), which
     # socat's file-to-file copy does not have, shares the cores with the daemons: under
     # bash's `time` for its CPU seconds.
     out=$( { TIMEFORMAT='%3U %3S'; time python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
