@@ -82,8 +82,8 @@ struct ConnectionTransfers {
     /// Progress is reported at most this often per resource.
     static let progressInterval: Duration = .milliseconds(250)
 
-    // The state from here to `streams` is internal, not private, only for the extension in
-    // ConnectionTransfers+Stalls.swift: nothing else uses it.
+    // The state from here to `streams` (and `merge`, `timedOut`) is internal, not private,
+    // only for the extension in ConnectionTransfers+Stalls.swift: nothing else uses it.
 
     struct Sending {
         let file: OutgoingFile
