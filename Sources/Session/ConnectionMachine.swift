@@ -215,6 +215,7 @@ public struct ConnectionMachine: Sendable {
         } else {
             state = .connected
             out.append(.emit(.connected))
+            if let credit = receiveCredit.openMessageWindow() { out.append(.send(credit)) }
         }
     }
 
@@ -230,6 +231,7 @@ public struct ConnectionMachine: Sendable {
         } else {
             state = .connected
             out.append(.emit(.connected))
+            if let credit = receiveCredit.openMessageWindow() { out.append(.send(credit)) }
         }
     }
 

@@ -105,10 +105,10 @@ import Glibc
         #expect(p == a.node.peerID.shortText && n == 0)
         let queued = try #require(b.node.sessions.first?.queuedBytes)
         #expect(queued <= bound && queued > bound - 2 * size, "the queue is full, and no fuller than its bound")
-        // What went out is what the window allowed: 256 KiB of messages, not the queue.
+        // What went out is what the window allowed: 512 KiB of messages, not the queue.
         let beforeRelease = sent
-        #expect(sent * (size + 16) >= bound && sent * size <= bound + FlowWindow.initialStream + size)
-        #expect(Self.messages(a, from: b.node.peerID).count * (size + 4) <= FlowWindow.initialStream)
+        #expect(sent * (size + 16) >= bound && sent * size <= bound + FlowWindow.messageWindow + size)
+        #expect(Self.messages(a, from: b.node.peerID).count * (size + 4) <= FlowWindow.messageWindow)
 
         // The receiver takes messages again; the rest are sent waiting for room.
         a.node.holdMessages(from: b.node.peerID, false)
@@ -154,9 +154,11 @@ import Glibc
         if messages { a.node.holdMessages(from: me, true) } else {
             try await onThread { try raw.send(.streamOpen(streamID: 1, name: "unread")) }
         }
-        // Five full frames: the fifth is past the 256 KiB window of its stream.
-        let frames: [Frame] = (0..<5).map { i in
-            messages ? .message(MessageFragment(messageID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload - 4), isFinal: i == 4))
+        // Full frames, the last past the window of its stream: 256 KiB for a stream, 512 KiB
+        // for messages (the receiver grants the rest as the session connects).
+        let count = (messages ? FlowWindow.messageWindow : FlowWindow.initialStream) / Wire.maxPayload + 1
+        let frames: [Frame] = (0..<count).map { i in
+            messages ? .message(MessageFragment(messageID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload - 4), isFinal: i == count - 1))
                      : .streamData(streamID: 1, data: [UInt8](repeating: 1, count: Wire.maxPayload))
         }
         try await onThread { for f in frames { try raw.send(f) } }
