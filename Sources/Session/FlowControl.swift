@@ -17,7 +17,10 @@ public enum FlowWindow {
     /// With the initial 256 KiB, four 64 KiB messages were in flight and the sender waited
     /// for each CREDIT: on the host's loopback 512 KiB moved 64 KiB messages 13-16 % faster
     /// with less CPU (fewer wakeups), 1 MiB no faster again; a wider connection window alone
-    /// changed nothing. The connection's window stays what bounds a peer's memory.
+    /// changed nothing. The same CREDIT grows the connection's window by as much (to
+    /// 1.25 MiB, what a peer may make this side hold): messages held for a slow reader
+    /// (their window) and two slow incoming streams (theirs) then leave resources 256 KiB,
+    /// as before.
     public static let messageWindow = 512 * 1024
     /// The largest a window may grow to by CREDIT: a grant past it is a flow-control error.
     public static let maximum = Int(Int32.max)
@@ -88,7 +91,9 @@ public struct ReceiveCredit: Sendable, Hashable {
     private var pendingStream: [UInt32: Int] = [:]
     private var pendingConnection = 0
     private let streamWindow: Int
-    private let connectionWindow: Int
+    /// The connection's window: its initial size, and as much again as messages got
+    /// (`openMessageWindow`).
+    private var connectionWindow: Int
     /// Stream 0's window once `openMessageWindow` has granted the rest of it.
     private let messageWindow: Int
     private var messageWindowOpen = false
@@ -104,15 +109,18 @@ public struct ReceiveCredit: Sendable, Hashable {
     }
 
     /// Once, as the session connects: the CREDIT that grows stream 0's window from the
-    /// initial one to `messages` (nil when they are the same). Counted here before it is
-    /// sent, so the bytes it allows are never taken for a violation.
+    /// initial one to `messages`, and the connection's by as much (nil when they are the
+    /// same). Counted here before it is sent, so the bytes it allows are never taken for a
+    /// violation.
     public mutating func openMessageWindow() -> Frame? {
         guard !messageWindowOpen else { return nil }
         messageWindowOpen = true
         let extra = messageWindow - streamWindow
         guard extra > 0 else { return nil }
         streams[0] = remaining(on: 0) + extra
-        return .credit(streamID: 0, streamBytes: UInt32(extra), connectionBytes: 0)
+        connection += extra
+        connectionWindow += extra
+        return .credit(streamID: 0, streamBytes: UInt32(extra), connectionBytes: UInt32(extra))
     }
 
     /// The window of stream `id`, whose half consumed is given back at once.

@@ -75,8 +75,9 @@ public struct StreamTable: Sendable {
     }
 
     /// Incoming streams open at once, at most: each may hold its window (256 KiB) of the
-    /// connection's (1 MiB) while its reader is slow, so two leave the rest of the window to
-    /// messages and resources. A third STREAM_OPEN is answered `busy`.
+    /// connection's (1.25 MiB once connected) while its reader is slow, so two and messages
+    /// held for a slow reader (512 KiB) leave resources 256 KiB. A third STREAM_OPEN is
+    /// answered `busy`.
     public static let defaultMaxIncoming = 2
 
     /// The streams in progress, by id.

@@ -67,10 +67,12 @@ import Testing
     @Test func eachSideGivesMessagesTheirWiderWindowAsItConnects() {
         var link = MachineLink()
         link.connect()
-        let opening = Frame.credit(streamID: 0, streamBytes: UInt32(FlowWindow.messageWindow - FlowWindow.initialStream), connectionBytes: 0)
+        let extra = FlowWindow.messageWindow - FlowWindow.initialStream
+        let opening = Frame.credit(streamID: 0, streamBytes: UInt32(extra), connectionBytes: UInt32(extra))
         for side in [MachineLink.Side.dialer, .listener] {
             #expect(link.sent[side]?.filter { $0 == opening }.count == 1)
             #expect(link.machine(side).sendCredit.available(on: 0) == FlowWindow.messageWindow)
+            #expect(link.machine(side).sendCredit.connection == FlowWindow.initialConnection + extra)
             #expect(link.machine(side).sendCredit.available(on: 2) == FlowWindow.initialStream)
         }
     }

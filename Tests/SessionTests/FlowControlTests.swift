@@ -110,15 +110,25 @@ import Testing
         // Before the session connects, messages have the initial window, as every stream.
         #expect(recv.remaining(on: 0) == FlowWindow.initialStream)
         let grant = recv.openMessageWindow()
-        #expect(grant == .credit(streamID: 0, streamBytes: UInt32(FlowWindow.messageWindow - FlowWindow.initialStream), connectionBytes: 0))
+        let extra = FlowWindow.messageWindow - FlowWindow.initialStream
+        #expect(grant == .credit(streamID: 0, streamBytes: UInt32(extra), connectionBytes: UInt32(extra)))
         #expect(recv.openMessageWindow() == nil, "once")
         #expect(recv.remaining(on: 0) == FlowWindow.messageWindow && recv.remaining(on: 4) == FlowWindow.initialStream)
-        // The sender that gets it may fill the wider window, and not a byte more.
+        #expect(recv.connection == FlowWindow.initialConnection + extra)
+        // The sender that gets it may fill the wider windows, and not a byte more.
         var send = SendCredit()
         if case .credit(let id, let sb, let cb)? = grant { try send.grant(streamBytes: sb, connectionBytes: cb, on: id) }
         #expect(send.available(on: 0) == FlowWindow.messageWindow && send.available(on: 4) == FlowWindow.initialStream)
+        #expect(send.connection == FlowWindow.initialConnection + extra)
         #expect(throws: Never.self) { try recv.received(FlowWindow.messageWindow, on: 0) }
         #expect(throws: FlowControlViolation.self) { try recv.received(1, on: 0) }
+        // Messages held at their whole window and two streams at theirs leave the rest for
+        // resources: as much as before messages got more.
+        #expect(throws: Never.self) {
+            try recv.received(FlowWindow.initialStream, on: 1)
+            try recv.received(FlowWindow.initialStream, on: 3)
+        }
+        #expect(recv.connection == FlowWindow.initialConnection - 3 * FlowWindow.initialStream)
         // Its half goes back in one CREDIT; other streams' half is still theirs.
         #expect(recv.consumed(FlowWindow.messageWindow / 2 - 1, on: 0) == nil)
         #expect(recv.consumed(1, on: 0) == .credit(streamID: 0, streamBytes: UInt32(FlowWindow.messageWindow / 2),
@@ -401,8 +411,9 @@ import Testing
         #expect(!m.peerMaySend(1, on: 3) && m.peerMaySend(0, on: 3), "the stream's window is used up; DONE needs none")
         _ = m.handle(.consumed(streamID: 3, bytes: 262_144), now: Self.t0)
         #expect(m.peerMaySend(65_536, on: 3))
-        // The connection's window: three streams of 256 KiB nobody reads, and 256 KiB more.
-        for id in [5, 7, 9] as [UInt32] {
+        // The connection's window (1.25 MiB once connected: messages got their wider
+        // window): four streams of 256 KiB nobody reads, and 256 KiB more.
+        for id in [5, 7, 9, 13] as [UInt32] {
             for _ in 0..<4 { _ = m.handle(.frame(.streamData(streamID: id, data: [UInt8](repeating: 0, count: 65_536))), now: Self.t0) }
         }
         #expect(m.peerMaySend(65_536, on: 3), "256 KiB of the connection's window left")
