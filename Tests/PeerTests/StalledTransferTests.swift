@@ -31,6 +31,45 @@ import Testing
         }
     }
 
+    /// A node sending a file of `size` bytes to a raw peer that has just read its offer:
+    /// the node, the raw peer, the node's transfer and the offer as the peer saw it.
+    struct RawSending {
+        let dir: Directory
+        let a: PeerNodeTests.Node
+        let raw: RawPeer
+        let transfer: ResourceTransfer?
+        let offer: ResourceOffer
+    }
+
+    static func sendingToRaw(_ name: String, size: Int, idle: Duration? = nil) async throws -> RawSending {
+        let dir = try Directory()
+        let (a, raw, me) = try await PeerFlowTests.rawSession(name, inbox: try Inbox(directory: dir.path + "/inbox"),
+                                                              transferIdleTimeout: idle)
+        do {
+            let path = try PeerResourceTests.write(InboxTests.content(size), in: dir, name + ".bin")
+            let sent = try await a.node.sendResource(path: path, to: [me])
+            guard case .resourceOffer(let o)? = try await Raw.frame(raw, { if case .resourceOffer = $0 { true } else { false } }) else {
+                throw TestSupportError("no offer from the node")
+            }
+            return RawSending(dir: dir, a: a, raw: raw, transfer: sent.first, offer: o)
+        } catch {
+            raw.close()
+            a.node.stop()
+            throw error
+        }
+    }
+
+    /// The node's report that its resource ended `timeout` (`byPeer` as given): the
+    /// transfer and the detail, nil (recorded) when none came.
+    static func endedTimeout(_ a: PeerNodeTests.Node, byPeer: Bool) async -> (transfer: ResourceTransfer, detail: String)? {
+        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, byPeer)) = $0 { true } else { false } }
+        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
+            Issue.record("no timeout reported")
+            return nil
+        }
+        return (t, detail)
+    }
+
     @Test func aStalledResourceEndsTimeoutAndKeepsItsPartForAResume() async throws {
         let dir = try Directory()
         let inbox = try Inbox(directory: dir.path + "/inbox")
@@ -42,11 +81,7 @@ import Testing
                 == .resourceAccept(resourceID: 1, offset: 0))
         // Then nothing: the node gives up on it.
         #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: 1, reason: .timeout))
-        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, false)) = $0 { true } else { false } }
-        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
-            Issue.record("no timeout reported")
-            return
-        }
+        guard let (t, detail) = await Self.endedTimeout(a, byPeer: false) else { return }
         #expect(t.bytes == 100_000)
         #expect(detail.contains("kept"), "the client is told the part stays: \(detail)")
         #expect(try await Raw.stillUp(a, raw, 1))
@@ -67,23 +102,12 @@ import Testing
     /// The node as the sender: a peer that ends its resource `timeout` is reported so, and
     /// the node's client is told that sending the file again resumes it.
     @Test func theSenderIsToldATimedOutResourceResumesWhenSentAgain() async throws {
-        let dir = try Directory()
-        let (a, raw, me) = try await PeerFlowTests.rawSession("sender", inbox: try Inbox(directory: dir.path + "/inbox"))
-        defer { raw.close(); a.node.stop() }
-        let path = try PeerResourceTests.write(InboxTests.content(200_000), in: dir, "big.bin")
-        let sent = try await a.node.sendResource(path: path, to: [me])
-        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
-        guard case .resourceOffer(let o)? = offer else {
-            Issue.record("no offer: \(String(describing: offer))")
-            return
-        }
-        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0), .resourceCancel(resourceID: o.resourceID, reason: .timeout)])
-        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, true)) = $0 { true } else { false } }
-        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
-            Issue.record("no timeout reported")
-            return
-        }
-        #expect(t.id == sent.first?.id && t.outgoing)
+        let s = try await Self.sendingToRaw("sender", size: 200_000)
+        defer { s.raw.close(); s.a.node.stop() }
+        let id = s.offer.resourceID
+        try await Raw.send(s.raw, [.resourceAccept(resourceID: id, offset: 0), .resourceCancel(resourceID: id, reason: .timeout)])
+        guard let (t, detail) = await Self.endedTimeout(s.a, byPeer: true) else { return }
+        #expect(t.id == s.transfer?.id && t.outgoing)
         #expect(detail.contains("sending the file again resumes"), "\(detail)")
     }
 
@@ -91,56 +115,32 @@ import Testing
     /// the first window allowed went and nothing moved for `transferIdleTimeout`, the node
     /// ends it `timeout` (the peer hears it, the client is told, the session goes on).
     @Test func aResourceThePeerGivesNoWindowEndsTimeout() async throws {
-        let dir = try Directory()
-        let (a, raw, me) = try await PeerFlowTests.rawSession("held", inbox: try Inbox(directory: dir.path + "/inbox"),
-                                                              transferIdleTimeout: Self.idle)
-        defer { raw.close(); a.node.stop() }
-        let path = try PeerResourceTests.write(InboxTests.content(600_000), in: dir, "held.bin")
-        let sent = try await a.node.sendResource(path: path, to: [me])
-        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
-        guard case .resourceOffer(let o)? = offer else {
-            Issue.record("no offer: \(String(describing: offer))")
-            return
-        }
+        let s = try await Self.sendingToRaw("held", size: 600_000, idle: Self.idle)
+        defer { s.raw.close(); s.a.node.stop() }
+        let id = s.offer.resourceID
         // Accepted, then no CREDIT: the data the first window allows goes, then nothing can.
-        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0)])
-        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: o.resourceID, reason: .timeout))
-        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, false)) = $0 { true } else { false } }
-        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
-            Issue.record("no timeout reported")
-            return
-        }
-        #expect(t.id == sent.first?.id && t.outgoing)
+        try await Raw.send(s.raw, [.resourceAccept(resourceID: id, offset: 0)])
+        #expect(try await Raw.frame(s.raw, Raw.cancelOrDone) == .resourceCancel(resourceID: id, reason: .timeout))
+        guard let (t, detail) = await Self.endedTimeout(s.a, byPeer: false) else { return }
+        #expect(t.id == s.transfer?.id && t.outgoing)
         #expect(detail.contains("gave no window"), "\(detail)")
-        #expect(try await Raw.stillUp(a, raw, 1))
+        #expect(try await Raw.stillUp(s.a, s.raw, 1))
     }
 
     /// The node as the sender, its peer taking every byte and DONE and then saying nothing:
     /// the node ends it `timeout` once nothing moved for `transferIdleTimeout` (before, it
     /// waited for the verdict for ever, the file open), and the session goes on.
     @Test func aVerdictThatNeverComesEndsTimeout() async throws {
-        let dir = try Directory()
-        let (a, raw, me) = try await PeerFlowTests.rawSession("verdict", inbox: try Inbox(directory: dir.path + "/inbox"),
-                                                              transferIdleTimeout: Self.idle)
-        defer { raw.close(); a.node.stop() }
-        let path = try PeerResourceTests.write(InboxTests.content(100_000), in: dir, "quiet.bin")
-        let sent = try await a.node.sendResource(path: path, to: [me])
-        let offer = try await Raw.frame(raw) { if case .resourceOffer = $0 { true } else { false } }
-        guard case .resourceOffer(let o)? = offer else {
-            Issue.record("no offer: \(String(describing: offer))")
-            return
-        }
-        try await Raw.send(raw, [.resourceAccept(resourceID: o.resourceID, offset: 0)])
-        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceDone(resourceID: o.resourceID), "every byte, within the first window")
-        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: o.resourceID, reason: .timeout))
-        let ended = await a.wait("ended") { if case .resource(.ended(_, .timeout, _, false)) = $0 { true } else { false } }
-        guard case .resource(.ended(let t, _, let detail, _))? = ended else {
-            Issue.record("no timeout reported")
-            return
-        }
-        #expect(t.id == sent.first?.id && t.outgoing && t.bytes == 100_000)
+        let s = try await Self.sendingToRaw("verdict", size: 100_000, idle: Self.idle)
+        defer { s.raw.close(); s.a.node.stop() }
+        let id = s.offer.resourceID
+        try await Raw.send(s.raw, [.resourceAccept(resourceID: id, offset: 0)])
+        #expect(try await Raw.frame(s.raw, Raw.cancelOrDone) == .resourceDone(resourceID: id), "every byte, within the first window")
+        #expect(try await Raw.frame(s.raw, Raw.cancelOrDone) == .resourceCancel(resourceID: id, reason: .timeout))
+        guard let (t, detail) = await Self.endedTimeout(s.a, byPeer: false) else { return }
+        #expect(t.id == s.transfer?.id && t.outgoing && t.bytes == 100_000)
         #expect(detail.contains("did not confirm"), "\(detail)")
-        #expect(try await Raw.stillUp(a, raw, 1))
+        #expect(try await Raw.stillUp(s.a, s.raw, 1))
     }
 
     /// The node as the receiver of a sender that gave up waiting for its window: the part
