@@ -213,9 +213,7 @@ public struct ConnectionMachine: Sendable {
         if let decline {
             close(decline, "invitation \(invite.invitationID) declined", byPeer: false, now, &out)
         } else {
-            state = .connected
-            out.append(.emit(.connected))
-            if let credit = receiveCredit.openMessageWindow() { out.append(.send(credit)) }
+            enterConnected(&out)
         }
     }
 
@@ -229,10 +227,16 @@ public struct ConnectionMachine: Sendable {
             out.append(.emit(.disconnected(reason, detail: "the invitation was declined", byPeer: true)))
             enterClosing(reason, now)
         } else {
-            state = .connected
-            out.append(.emit(.connected))
-            if let credit = receiveCredit.openMessageWindow() { out.append(.send(credit)) }
+            enterConnected(&out)
         }
+    }
+
+    /// The invitation was accepted (by this side's INVITE_REPLY or the peer's): the session
+    /// is up, and messages get their wider window (`ReceiveCredit.openMessageWindow`).
+    private mutating func enterConnected(_ out: inout [ConnectionAction]) {
+        state = .connected
+        out.append(.emit(.connected))
+        if let credit = receiveCredit.openMessageWindow() { out.append(.send(credit)) }
     }
 
     // MARK: frames
