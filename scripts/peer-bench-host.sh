@@ -55,9 +55,8 @@ ours() {
     local name=$1 tx=$2 rx=$3 size=$4 out c0
     c0=$(( $(ticks "${PID[$tx]}") + $(ticks "${PID[$rx]}") ))
     # The client at both ends (one Python process: a writer and a reader thread, each moving
-    # up to 64 packets a system call), which
-    # socat's file-to-file copy does not have, shares the cores with the daemons: under
-    # bash's `time` for its CPU seconds.
+    # up to 64 packets a system call), which socat's file-to-file copy does not have, shares
+    # the cores with the daemons: under bash's `time` for its CPU seconds.
     out=$( { TIMEFORMAT='%3U %3S'; time python3 -u "$TOOL" stream-throughput --send "$work/$tx.sock" --recv "$work/$rx.sock" \
         --to "${ID[$rx]}" --from-id "${ID[$tx]}" --size "$size" --count $(( $5 / size )); } 2>"$work/client.cpu") \
         || fail "$name: the throughput run failed: $out $(cat "$work/client.cpu")"

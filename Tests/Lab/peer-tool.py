@@ -744,6 +744,11 @@ class PacketBatches:
         k = self._call(self.recvmmsg, min(most, self.batch), self.MSG_WAITFORONE, None)
         return struct.unpack_from(self.lengths_format[k], self.msgs) if k else ()
 
+    def numbered(self, slot):
+        """For k packets of `slot` bytes, 0...batch: the struct format of k slots, each an
+        8-byte big-endian number and the slot's other bytes."""
+        return [f">{'Q%ds' % (slot - 8) * k}" for k in range(self.batch + 1)]
+
 
 def cmd_stream_throughput(a):
     # The receiver's stream first: messages that arrive before it is open would be events.
@@ -762,7 +767,7 @@ def cmd_stream_throughput(a):
     stride = size + 1
     rx = PacketBatches(rs, stride)
     rest = body[8:] + b"\0"
-    slots = [f">{'Q%ds' % (stride - 8) * k}" for k in range(rx.batch + 1)]
+    slots = rx.numbered(stride)
     rests = [(rest,) * k for k in range(rx.batch + 1)]
 
     def receive():
@@ -771,8 +776,8 @@ def cmd_stream_throughput(a):
             lengths = rx.recv(a.count - got["n"])
             # The stream's end reads as empty packets (a message is never empty here).
             ended = 0 in lengths or not lengths
-            if ended:
-                lengths = lengths[:lengths.index(0)] if 0 in lengths else ()
+            if 0 in lengths:
+                lengths = lengths[:lengths.index(0)]
             k = len(lengths)
             if not k:
                 break
@@ -781,6 +786,7 @@ def cmd_stream_throughput(a):
             nums, tails = fields[0::2], fields[1::2]
             if lengths.count(size) != k or nums != tuple(range(n, n + k)) or tails != rests[k]:
                 got["bad"] += sum(lengths[i] != size or nums[i] != n + i or tails[i] != rest for i in range(k))
+                # A longer message set its slot's spare byte: zero it for the next batches.
                 data[:k * stride] = bytes(k * stride)
             got["bytes"] += sum(lengths)
             got["n"] = n + k
@@ -791,7 +797,7 @@ def cmd_stream_throughput(a):
     t.start()
     tx = PacketBatches(ts, size)
     from itertools import chain, repeat
-    sent = [f">{'Q%ds' % (size - 8) * k}" for k in range(tx.batch + 1)]
+    sent = tx.numbered(size)
     t0 = time.monotonic()
     i = 0
     while i < a.count:
