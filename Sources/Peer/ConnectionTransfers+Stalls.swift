@@ -5,16 +5,16 @@ import Session
 /// (`stalledSending`). The connection asks now and then while `isReceiving` or `isSending`
 /// says there is something to watch.
 extension ConnectionTransfers {
-    /// Whether a resource of the peer's has been accepted and not finished: the connection
+    /// Whether a resource of the peer's has been accepted and not all received: the connection
     /// then looks for stalls (`stalled`) now and then.
-    var isReceiving: Bool { receiving.values.contains { $0.file != nil } }
+    var isReceiving: Bool { receiving.values.contains { $0.file != nil && !$0.finishing } }
 
     /// Accepted resources of the peer's, with the bytes their next RESOURCE_DATA carries
     /// (a whole chunk, or what is left; 0 when only RESOURCE_DONE is missing): what the
     /// peer's windows must allow for it to send (`stalled`'s question).
     var awaitedData: [(id: UInt32, bytes: Int)] {
         receiving.keys.sorted().compactMap { id in
-            guard let r = receiving[id], r.file != nil else { return nil }
+            guard let r = receiving[id], r.file != nil, !r.finishing else { return nil }
             return (id, Int(min(UInt64(Self.chunkSize), r.offer.size - min(r.received, r.offer.size))))
         }
     }
@@ -31,7 +31,7 @@ extension ConnectionTransfers {
     mutating func stalled(now: ContinuousClock.Instant, after limit: Duration, blocked: Set<UInt32>, dataArrived: Bool) -> Outcome {
         var out = Outcome()
         for id in receiving.keys.sorted() {
-            guard var r = receiving[id], let file = r.file else { continue }
+            guard var r = receiving[id], let file = r.file, !r.finishing else { continue }
             if dataArrived || r.heldCredit > 0 || blocked.contains(id) {
                 r.quietSince = now
                 receiving[id] = r

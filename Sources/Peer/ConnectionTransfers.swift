@@ -67,6 +67,9 @@ struct ConnectionTransfers {
         /// Received resource bytes for their files' writers, in order; the connection reports
         /// each write once done (`written`).
         var writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])] = []
+        /// Received resources whose last byte came, for their writers to verify and save
+        /// after the writes before; the connection reports each once done (`finished`).
+        var finishes: [(id: UInt32, writer: IncomingFileWriter)] = []
     }
 
     /// RESOURCE_DATA's payload: a whole frame (the id is in the header).
@@ -111,6 +114,9 @@ struct ConnectionTransfers {
         /// Since when no data came while the peer could send (`stalled`): the accept, the
         /// last data, or the last look that found the peer without window.
         var quietSince: ContinuousClock.Instant
+        /// Every byte came and the writer is verifying and saving the file: nothing ends it
+        /// now but its verdict (`finished`), which reports it even after the session ended.
+        var finishing = false
     }
 
     var table: ResourceTable
@@ -128,9 +134,8 @@ struct ConnectionTransfers {
     /// Whether no resource or stream is in progress.
     var isEmpty: Bool { sending.isEmpty && receiving.isEmpty && streams.isEmpty }
 
-    /// Whether a resource is offered, sent or received, either way: its file is read or
-    /// written on the connection's queue (a refill's reads, a received file's end, which
-    /// waits for its writes and fsync).
+    /// Whether a resource is offered, sent or received, either way: its file is read on the
+    /// connection's queue (a refill's reads), and what ends it may write the journal.
     var hasResources: Bool { !sending.isEmpty || !receiving.isEmpty }
 
     /// Whether resource or stream `id` is in progress.
@@ -187,6 +192,8 @@ struct ConnectionTransfers {
     /// Ends resource `id` from this side, either way (the user cancelled, a file failed).
     mutating func cancel(_ id: UInt32, reason: Reason, detail: String) -> Outcome {
         var out = Outcome()
+        // Too late: every byte is here and being saved (its verdict reports it).
+        if receiving[id]?.finishing == true { return out }
         if table.isHeld(id) {
             // Never offered: it ends here without a word to the peer.
             _ = table.cancel(id, reason: reason)
@@ -202,12 +209,13 @@ struct ConnectionTransfers {
 
     /// Forgets resource `id`, either way (a received part is removed, the window held back
     /// for it goes back to the connection), and says how it ended and how far it got; nil
-    /// when this side had no such resource.
+    /// when this side had no such resource, or has every byte of it and is saving it (the
+    /// peer's cancel or a late frame crossed this side's verdict, which reports it).
     private mutating func forget(_ id: UInt32, _ reason: Reason, _ detail: String, byPeer: Bool, _ out: inout Outcome) -> TransferEvent? {
         if let s = sending.removeValue(forKey: id) {
             return .ended(id: id, outgoing: true, reason: reason, detail: detail, byPeer: byPeer, bytes: s.handedOut)
         }
-        guard let r = receiving.removeValue(forKey: id) else { return nil }
+        guard receiving[id]?.finishing != true, let r = receiving.removeValue(forKey: id) else { return nil }
         out.released += r.heldCredit
         r.file?.discard()
         return .ended(id: id, outgoing: false, reason: reason, detail: detail, byPeer: byPeer, bytes: r.received)
@@ -222,7 +230,9 @@ struct ConnectionTransfers {
             if t.outgoing {
                 sending[id] = nil
                 out.events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
-            } else if let r = receiving.removeValue(forKey: id) {
+            } else if let r = receiving[id], !r.finishing {
+                // (One being saved stays: its verdict reports it.)
+                receiving[id] = nil
                 let bytes = r.file?.suspend() ?? 0
                 out.events.append(.interrupted(id: id, outgoing: false, bytes: bytes))
             }
@@ -316,6 +326,32 @@ struct ConnectionTransfers {
         if let error, receiving[id] != nil {
             Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
         }
+        return out
+    }
+
+    /// The writer's verdict on received resource `id` (`Outcome.finishes`): saved, reported
+    /// `received`, and RESOURCE_DONE tells the sender (unless the resource ended on the
+    /// wire meanwhile: the session, or the peer's cancel crossing the verdict); or failed (a
+    /// wrong hash, a write or the flush that failed: the part is gone), reported `ended`
+    /// with the reason, which RESOURCE_CANCEL tells the sender.
+    mutating func finished(_ id: UInt32, _ result: Result<ReceivedFile, InboxError>) -> Outcome {
+        var out = Outcome()
+        guard let r = receiving.removeValue(forKey: id) else { return out }
+        // Written, all of it: what the writes have not reported yet goes back now.
+        out.released += r.heldCredit
+        switch result {
+        case .success(let saved):
+            if let done = try? table.verified(id) { out.frames.append(done) }
+            out.events.append(.received(id: id, file: saved))
+        case .failure(let error):
+            if let frame = table.cancel(id, reason: error.reason) {
+                out.frames.append(frame)
+                out.dropped.append(id)
+            }
+            out.events.append(.ended(id: id, outgoing: false, reason: error.reason, detail: error.description, byPeer: false,
+                                     bytes: r.received))
+        }
+        out.frames += table.releaseHeld()
         return out
     }
 
@@ -464,21 +500,14 @@ struct ConnectionTransfers {
             break  // handed to the file's writer above
         case .complete(let id):
             guard let file = receiving[id]?.file else { break }
-            do {
-                let saved = try file.finish()
-                // Written, all of it: what the writes have not reported yet goes back now.
-                if let r = receiving.removeValue(forKey: id) { out.released += r.heldCredit }
-                if let done = try? table.verified(id) { out.frames.append(done) }
-                out.events.append(.received(id: id, file: saved))
-            } catch {
-                Self.merge(cancel(id, reason: error.reason, detail: error.description), into: &out)
-            }
+            receiving[id]?.finishing = true
+            out.finishes.append((id, file))
         case .delivered(let id):
             sending[id] = nil
             out.events.append(.delivered(id: id))
         case .cancelled(let id, let reason):
             out.dropped.append(id)
-            if reason == .timeout, let r = receiving[id], let file = r.file {
+            if reason == .timeout, let r = receiving[id], !r.finishing, let file = r.file {
                 timedOut(id, r, file, "the peer got no window for its idle timeout and stopped", byPeer: true, &out)
                 break
             }
@@ -508,5 +537,6 @@ struct ConnectionTransfers {
         out.wakeups += o.wakeups
         out.released += o.released
         out.writes += o.writes
+        out.finishes += o.finishes
     }
 }

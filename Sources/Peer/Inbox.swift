@@ -42,6 +42,9 @@ public final class Inbox: @unchecked Sendable {
     public let duplicateWait: Duration
     /// The free space of the inbox's file system (tests give a fixed figure).
     private let freeSpace: @Sendable (String) throws -> UInt64
+    /// Runs as a received file, verified, is about to be flushed and saved, on its writer's
+    /// queue (tests hold a save there, as a slow card's flush would).
+    let beforeSaving: @Sendable () -> Void
     /// The open parts: their keys, and the bytes each still awaits (lowered as bytes arrive).
     /// Parts are written on their own queues, so under a lock.
     private let open = Mutex(OpenParts())
@@ -78,8 +81,10 @@ public final class Inbox: @unchecked Sendable {
     /// the temporary files of length records a killed daemon left.
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
                 now: Int64 = FileIdentity.wallClockNanoseconds(), duplicateWait: Duration = .seconds(2),
-                freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) }) throws(InboxError) {
+                freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) },
+                beforeSaving: @escaping @Sendable () -> Void = {}) throws(InboxError) {
         self.directory = directory
+        self.beforeSaving = beforeSaving
         self.limits = limits
         self.bootID = bootID
         self.freeSpace = freeSpace

@@ -124,6 +124,7 @@ public final class IncomingFile: @unchecked Sendable {
             discard()
             throw .hashMismatch(expected: offer.sha256, got: got)
         }
+        inbox.beforeSaving()
         do {
             try file.sync()
             file.close()

@@ -9,15 +9,16 @@
 ///
 /// Writes are asynchronous and reported in order; once a writer is more than
 /// `ConnectionTransfers.writeAhead` behind, the connection holds the peer's window back until
-/// it catches up, so what waits here stays bounded. The rest (`finish`, `suspend`, `discard`)
-/// waits for the writes before it to be done, so it sees the whole file: these are rare, and
-/// their order matters more.
+/// it catches up, so what waits here stays bounded. Finishing (verify, flush, save) runs
+/// after the writes before it and is reported the same way, so the connection goes on while
+/// the file is flushed. Suspending and discarding wait for the writes before them, so they
+/// see the whole file: these are rare (a session or a resource that ended early).
 final class IncomingFileWriter: @unchecked Sendable {
     private let file: IncomingFile
     private let queue = DispatchQueue(label: "peerlink.inbox-writer")
     /// Set on the queue by the first failed write: later ones are skipped (the connection
-    /// cancels the resource when it hears of the first).
-    private var failed = false
+    /// cancels the resource when it hears of the first), and a finish reports it.
+    private var failure: InboxError?
 
     init(_ file: IncomingFile) { self.file = file }
 
@@ -26,28 +27,34 @@ final class IncomingFileWriter: @unchecked Sendable {
     /// skipped after a failure: that failure was reported once).
     func write(_ bytes: [UInt8], done: @escaping @Sendable (InboxError?) -> Void) {
         queue.async { [self] in
-            guard !failed else { return done(nil) }
+            guard failure == nil else { return done(nil) }
             do throws(InboxError) {
                 try file.write(bytes)
                 done(nil)
             } catch {
-                failed = true
+                failure = error
                 done(error)
             }
         }
     }
 
     /// Every byte came: once the writes before are done, verifies and saves the file
-    /// (`IncomingFile.finish`).
-    func finish() throws(InboxError) -> ReceivedFile {
-        let result = queue.sync { () -> Result<ReceivedFile, InboxError> in
+    /// (`IncomingFile.finish`, which flushes it: on an SD card that can take a good part of a
+    /// second); `done` runs on the writer's queue with the file saved or why not (a write
+    /// that failed before: that failure, the part removed).
+    func finish(done: @escaping @Sendable (Result<ReceivedFile, InboxError>) -> Void) {
+        queue.async { [self] in
+            if let failure {
+                // The DONE came before the connection heard of the failed write.
+                file.discard()
+                return done(.failure(failure))
+            }
             do throws(InboxError) {
-                return .success(try file.finish())
+                done(.success(try file.finish()))
             } catch {
-                return .failure(error)
+                done(.failure(error))
             }
         }
-        return try result.get()
     }
 
     /// The transfer stopped and may resume: once the writes before are done, records what is

@@ -107,8 +107,9 @@ extension PeerConnection {
     /// on the queue. Most writes have nothing to give back (the window went back as the bytes
     /// arrived): those are counted under the lock on the writer's thread, without a trip to
     /// the queue (a thread switch per 64 KiB chunk, half of a receiver's). Only if the lock is
-    /// free: its holder may be waiting for this very writer (`IncomingFileWriter.finish`
-    /// waits for the writes before it, under the lock), so the writer never waits for it.
+    /// free: its holder may be waiting for this very writer (a session's end suspends its
+    /// parts, `IncomingFileWriter.suspend` waiting for the writes before it under the lock),
+    /// so the writer never waits for it.
     func startWrites(_ writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])]) {
         for (id, writer, bytes) in writes {
             let count = bytes.count
@@ -117,6 +118,25 @@ extension PeerConnection {
                 if error == nil,
                    state.withLockIfAvailable({ $0.closed || $0.transfers.writtenQuietly(id, bytes: count) }) == true { return }
                 transfers { s in s.transfers.written(id, bytes: count, error: error) }
+            }
+        }
+    }
+
+    /// Has the writers of received resources whose last byte came verify and save them,
+    /// after their writes, off the lock (the flush may take most of a second on a card, and
+    /// the connection's messages, pings and window must not wait for it); each verdict is
+    /// carried out on the queue (`ConnectionTransfers.finished`), even once the session has
+    /// ended: the file is saved, and its `received` must be reported.
+    func startFinishes(_ finishes: [(id: UInt32, writer: IncomingFileWriter)]) {
+        for (id, writer) in finishes {
+            writer.finish { result in
+                // Held strongly until then: the verdict is reported whatever became of the session.
+                self.queue.async {
+                    self.turn { s, events in
+                        self.apply(s.transfers.finished(id, result), &s, &events)
+                        self.endOfTurn(&s, &events)
+                    }
+                }
             }
         }
     }

@@ -27,12 +27,12 @@ import TLS
 /// Reads run inline (`Channel`'s `readsInline`: on the reactor's thread, no hand-off) while
 /// the session is up and no resource is offered, sent or received: what a turn does is then
 /// bounded (at most 64 KiB decrypted and decoded, messages handed on, frames written) and
-/// does not wait for a disk. A resource's file is read (refills) or written and fsynced (a
-/// received file's end) under the connection's lock, and what a turn delivers after the lock
-/// may write to disk (the trust store when a session comes up, the transfer journal when a
-/// resource ends): the reactor must not wait for either, so reads are not inline while
-/// either may happen (resources) or happens (a delivery under way, counted from before the
-/// turn's lock: `turn`). A peer's offer read inline has its inbox's free space checked off
+/// does not wait for a disk. A resource's file is read (refills) under the connection's lock
+/// (a received one is written, verified and flushed on its writer's queue, never under it),
+/// and what a turn delivers after the lock may write to disk (the trust store when a session
+/// comes up, the transfer journal when a resource ends): the reactor must not wait for
+/// either, so reads are not inline while either may happen (resources) or happens (a
+/// delivery under way, counted from before the turn's lock: `turn`). A peer's offer read inline has its inbox's free space checked off
 /// the reactor (`NodeTransfers.offered`).
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
@@ -476,6 +476,7 @@ public final class PeerConnection: Sendable {
     func apply(_ o: ConnectionTransfers.Outcome, _ s: inout State, _ events: inout [Delivered]) {
         for id in o.dropped { _ = s.scheduler.removeStream(id) }
         startWrites(o.writes)
+        startFinishes(o.finishes)
         for f in o.frames { enqueue(f, &s) }
         events += o.events.map { .transfer($0) }
         events += o.wakeups.map { .wake($0.0, $0.1) }

@@ -1,6 +1,7 @@
 import Foundation
 @testable import Peer
 import Session
+import Synchronization
 import SystemKit
 import Testing
 
@@ -22,6 +23,18 @@ import Testing
         { error in r.add(error.map { "\(n): \($0.reason)" } ?? "\(n): ok") }
     }
 
+    /// The writer's verdict on its file, waited for (it comes on the writer's queue).
+    static func finished(_ writer: IncomingFileWriter) throws(InboxError) -> ReceivedFile {
+        let verdict = Mutex<Result<ReceivedFile, InboxError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        writer.finish { result in
+            verdict.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try verdict.withLock { $0! }.get()
+    }
+
     /// Many small writes given at once land in order: the file saved is the sender's, and
     /// every write reported before `finish` returned.
     @Test func writesInOrderThenFinishes() throws {
@@ -35,7 +48,7 @@ import Testing
             writer.write(Array(bytes[start..<min(start + 1000, bytes.count)]), done: Self.report(reports, n))
             n += 1
         }
-        let saved = try writer.finish()
+        let saved = try Self.finished(writer)
         #expect(reports.all == (0..<n).map { "\($0): ok" })
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
         #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "w.bin"])
@@ -55,6 +68,23 @@ import Testing
         writer.write(Array(bytes[4000...]), done: Self.report(reports, 2))
         #expect(writer.discard() == 4000)
         #expect(reports.all == ["0: ok", "1: \(Reason.protocolError)", "2: ok"])
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part"])
+    }
+
+    /// A finish after a failed write (the peer's DONE came before the connection heard of
+    /// it) reports that failure, not a count of bytes, and removes the part.
+    @Test func aFinishAfterAFailedWriteReportsIt() throws {
+        let dir = try Directory()
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        let bytes = InboxTests.content(5000)
+        let writer = IncomingFileWriter(try inbox.receive(try InboxTests.offer("g.bin", bytes), from: InboxTests.peer))
+        writer.write(Array(repeating: 1, count: 6000), done: { _ in })
+        do {
+            _ = try Self.finished(writer)
+            Issue.record("a file with a failed write was saved")
+        } catch {
+            #expect(error.reason == .protocolError && error.description.contains("more bytes than the 5000 offered"), "\(error)")
+        }
         #expect(InboxTests.tree(dir.path + "/inbox") == [".part"])
     }
 
@@ -159,6 +189,77 @@ import Testing
         let out = t.written(1, bytes: Self.chunk, error: .io("writing", SystemError(call: "write", code: ENOSPC)))
         #expect(out.frames.contains { if case .resourceCancel(1, .noSpace) = $0 { true } else { false } }, "\(out.frames)")
         #expect(t.written(1, bytes: 0, error: .invalid("again")).frames.isEmpty, "ended: no second cancel")
+    }
+
+    /// A resource whose every byte came is being verified and saved by its writer, off the
+    /// connection's lock: nothing but that verdict ends it. Not the user's cancel (too late),
+    /// not the peer's cancel crossing it, not the session's end, not the look for stalls;
+    /// the verdict then reports it `received` (with RESOURCE_DONE only while the resource
+    /// is still live on the wire) or `ended` with the failure's reason and a cancel.
+    /// `frame` from the peer, with the writes it asks handed to their writers (as the
+    /// connection does).
+    @discardableResult
+    static func arrived(_ frame: Frame, _ t: inout ConnectionTransfers) -> ConnectionTransfers.Outcome {
+        let out = t.received(frame, from: InboxTests.peer, now: .now)
+        for w in out.writes { w.writer.write(w.bytes, done: { _ in }) }
+        return out
+    }
+
+    @Test(arguments: [false, true])
+    func aResourceBeingSavedEndsOnlyByItsVerdict(peerCancels: Bool) throws {
+        let dir = try InboxTests.Directory()
+        var t = try Self.accepted(Self.chunk, dir)
+        #expect(Self.arrived(.resourceData(resourceID: 1, data: InboxTests.content(Self.chunk)), &t).writes.count == 1)
+        let done = t.received(.resourceDone(resourceID: 1), from: InboxTests.peer, now: .now)
+        #expect(done.finishes.map(\.id) == [1] && done.events.isEmpty && done.frames.isEmpty, "the verdict is the writer's: \(done.events)")
+        #expect(!t.isReceiving && t.awaitedData.isEmpty, "no data awaited, no stall to look for")
+        let cancelled = t.cancel(1, reason: .cancelled, detail: "test")
+        #expect(cancelled.frames.isEmpty && cancelled.events.isEmpty, "a cancel now is too late")
+        if peerCancels {
+            let crossed = t.received(.resourceCancel(resourceID: 1, reason: .cancelled), from: InboxTests.peer, now: .now)
+            #expect(crossed.events.isEmpty, "the peer's cancel crossed the verdict: \(crossed.events)")
+        }
+        let later = ContinuousClock.now + .seconds(3600)
+        #expect(t.stalled(now: later, after: .seconds(1), blocked: [], dataArrived: false).frames.isEmpty)
+        let writer = try #require(done.finishes.first?.writer)
+        let saved = try IncomingFileWriterTests.finished(writer)
+        let verdict = t.finished(1, .success(saved))
+        #expect(verdict.events.count == 1 && { if case .received(1, saved) = verdict.events[0] { true } else { false } }())
+        let sentDone = verdict.frames.contains { if case .resourceDone(1) = $0 { true } else { false } }
+        #expect(sentDone == !peerCancels, "DONE only for a resource still live on the wire: \(verdict.frames)")
+        #expect(t.isEmpty && t.finished(1, .success(saved)).events.isEmpty, "reported once")
+    }
+
+    /// The session ends while the file is being saved: the part is not suspended under it and
+    /// nothing is reported interrupted; the verdict that follows reports it received.
+    @Test func theSessionsEndLeavesAFileBeingSavedToItsVerdict() throws {
+        let dir = try InboxTests.Directory()
+        var t = try Self.accepted(Self.chunk, dir)
+        Self.arrived(.resourceData(resourceID: 1, data: InboxTests.content(Self.chunk)), &t)
+        let done = t.received(.resourceDone(resourceID: 1), from: InboxTests.peer, now: .now)
+        let ended = t.connectionEnded(.normal, "test", byPeer: true)
+        #expect(ended.events.isEmpty, "\(ended.events)")
+        let saved = try IncomingFileWriterTests.finished(try #require(done.finishes.first?.writer))
+        let verdict = t.finished(1, .success(saved))
+        #expect(verdict.frames.isEmpty, "the session is gone: nothing to tell the peer")
+        #expect(verdict.events.count == 1 && { if case .received = verdict.events[0] { true } else { false } }())
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "w.bin"])
+    }
+
+    /// A verdict that the file cannot be saved (a wrong hash here) ends the resource with its
+    /// reason, both sides: RESOURCE_CANCEL to the sender, `ended` here.
+    @Test func aFailedVerdictCancels() throws {
+        let dir = try InboxTests.Directory()
+        var t = try Self.accepted(Self.chunk, dir)
+        Self.arrived(.resourceData(resourceID: 1, data: [UInt8](repeating: 7, count: Self.chunk)), &t)
+        let done = t.received(.resourceDone(resourceID: 1), from: InboxTests.peer, now: .now)
+        let writer = try #require(done.finishes.first?.writer)
+        var failure: InboxError?
+        do { _ = try IncomingFileWriterTests.finished(writer) } catch { failure = error }
+        let verdict = t.finished(1, .failure(try #require(failure)))
+        #expect(verdict.frames.contains { if case .resourceCancel(1, .hashMismatch) = $0 { true } else { false } }, "\(verdict.frames)")
+        #expect(verdict.events.count == 1 && { if case .ended(1, false, .hashMismatch, _, false, _) = verdict.events[0] { true } else { false } }())
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part"], "the part is gone")
     }
 
     /// The writes the connection counts without a trip to its queue: only while no window is

@@ -1,7 +1,9 @@
 import Foundation
 import Peer
 import Session
+import Synchronization
 import SystemKit
+import TestSupport
 import TLS
 import Testing
 
@@ -255,6 +257,56 @@ import Testing
         // The journal on disk lists nothing once the transfer is done.
         let saved = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: journal))) as? [String: Any]
         #expect((saved?["transfers"] as? [Any])?.isEmpty == true, "\(String(describing: saved))")
+    }
+
+    /// Holds a received file's save (`Inbox`'s `beforeSaving`, on the file's writer queue)
+    /// until `open`, as a slow card's flush would; says when one is held.
+    final class SaveGate: Sendable {
+        private let opened = DispatchSemaphore(value: 0)
+        private let held = Mutex(false)
+        private let signal = AsyncSignal()
+
+        func hold() {
+            held.withLock { $0 = true }
+            signal.fire()
+            opened.wait()
+            opened.signal()  // open for every later save too
+        }
+
+        func open() { opened.signal() }
+
+        func entered() async -> Bool { await signal.wait(timeout: .seconds(10)) { held.withLock { $0 } } }
+    }
+
+    /// The receiver's save of a file it has whole (verify, flush, link: most of a second on an
+    /// SD card) holds up nothing else on the session: while the save is held, a message and
+    /// a ping's answer still cross (the session is not lost), and the file is reported once
+    /// its save goes on, on both sides.
+    @Test func aSlowSaveHoldsUpNothingElse() async throws {
+        let dir = try Directory()
+        let gate = SaveGate()
+        let a = try Node("receiver", ping: .milliseconds(200),
+                         inbox: try Inbox(directory: dir.path + "/inbox", beforeSaving: { gate.hold() }), acceptResources: .all)
+        let b = try Node("sender", ping: .milliseconds(200))
+        defer { a.node.stop(); b.node.stop() }
+        defer { gate.open() }  // first: a held save must not outlive a failed expectation
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        let sent = try await b.node.sendResource(path: try Self.write(InboxTests.content(100_000), in: dir, "slow.bin"), to: [a.node.peerID])
+        #expect(await gate.entered(), "the receiver got every byte and began to save")
+        _ = try await b.node.send(Array("meanwhile".utf8), to: [a.node.peerID], reliable: true)
+        #expect(await a.wait("the message") { if case .messages(_, let ms) = $0 { ms.contains(Array("meanwhile".utf8)) } else { false } } != nil,
+                "a message waited for the save")
+        // Pings every 200 ms, a peer lost after a few missed: a session that waited for the
+        // save would be over by now.
+        try await Task.sleep(for: .seconds(1))
+        #expect(a.count { if case .disconnected = $0 { true } else { false } } == 0
+                && b.count { if case .disconnected = $0 { true } else { false } } == 0, "the session was lost")
+        #expect(a.count { if case .resource(.received) = $0 { true } else { false } } == 0, "reported before it was saved")
+        gate.open()
+        #expect(await Self.received(a)?.1.name == "slow.bin")
+        #expect(await b.wait("sent") { if case .resource(.sent(let t)) = $0 { t.id == sent.first?.id } else { false } } != nil)
+        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "slow.bin"])
     }
 
     /// `send-image` refuses a file that is not a PNG or JPEG, before offering anything.
