@@ -318,7 +318,9 @@ struct ConnectionTransfers {
         if var r = receiving[id] {
             r.unwritten -= bytes
             if r.heldCredit > 0, r.unwritten < Self.writeAhead {
-                out.consumed.append((id, r.heldCredit))
+                // Once every byte is in (or the resource ended on the wire while its file is
+                // saved) the stream's window is over: the bytes go back to the connection's.
+                if r.finishing || !isLive(id) { out.released += r.heldCredit } else { out.consumed.append((id, r.heldCredit)) }
                 r.heldCredit = 0
             }
             receiving[id] = r
@@ -337,17 +339,16 @@ struct ConnectionTransfers {
     mutating func finished(_ id: UInt32, _ result: Result<ReceivedFile, InboxError>) -> Outcome {
         var out = Outcome()
         guard let r = receiving.removeValue(forKey: id) else { return out }
-        // Written, all of it: what the writes have not reported yet goes back now.
+        // Written, all of it: what the writes have not reported yet goes back now, and the
+        // stream's flow-control entries go (the connection drops them for an ended id).
         out.released += r.heldCredit
+        out.dropped.append(id)
         switch result {
         case .success(let saved):
             if let done = try? table.verified(id) { out.frames.append(done) }
             out.events.append(.received(id: id, file: saved))
         case .failure(let error):
-            if let frame = table.cancel(id, reason: error.reason) {
-                out.frames.append(frame)
-                out.dropped.append(id)
-            }
+            if let frame = table.cancel(id, reason: error.reason) { out.frames.append(frame) }
             out.events.append(.ended(id: id, outgoing: false, reason: error.reason, detail: error.description, byPeer: false,
                                      bytes: r.received))
         }

@@ -189,9 +189,18 @@ public final class Inbox: @unchecked Sendable {
     public func check(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) {
         try checkQuota(offer)
         let key = Self.key(offer, peer)
+        if IncomingFile.savedFile(inbox: self, offer: offer, key: key) != nil { return }
         let part = AtomicFile.join(partDirectory, key + ".data")
         let have = (try? RegularFile.openForReading(part).size()) ?? 0
         try checkRoom(for: offer.size - min(have, offer.size), promising: nil)
+    }
+
+    /// The file `offer` from `peer` became when it was received whole before, if it is still
+    /// in the inbox as it was saved: a sender that never heard the confirmation (the session
+    /// ended while the file was being saved) offers it again, and the offer is then complete
+    /// from the start (`IncomingFile`'s saved record), so the file is not received twice.
+    public func alreadySaved(_ offer: ResourceOffer, from peer: PeerID) -> ReceivedFile? {
+        IncomingFile.savedFile(inbox: self, offer: offer, key: Self.key(offer, peer))
     }
 
     /// Whether `offer` is within the quota (no file system call: `check` does the rest).

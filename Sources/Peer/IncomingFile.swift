@@ -5,6 +5,13 @@ import TLS
 /// One resource being received into an `Inbox`: bytes are appended and hashed as they come,
 /// flushed every `syncInterval` bytes with their length recorded (the length a resume can
 /// trust), and at the end verified and moved to a final name. Used from one queue or actor.
+///
+/// Once saved, the part's record says where the file went (`savedRecord`), for as long as a
+/// part is kept (`Inbox.partRetention`): the same resource offered again by the same peer
+/// under the same name (its sender never heard the confirmation: the session ended while
+/// the file was being saved, or before the confirmation arrived) is then complete from the
+/// start (`saved`), while that file is still in the inbox unchanged, instead of being
+/// received twice. Another name for the same content is another file.
 public final class IncomingFile: @unchecked Sendable {
     /// What was offered.
     public let offer: ResourceOffer
@@ -18,8 +25,11 @@ public final class IncomingFile: @unchecked Sendable {
     private let key: String
     private let dataPath: String
     private let statePath: String
-    private let file: RegularFile
-    private let digest: SHA256Digest
+    /// The part being written and its running hash; nil when the resource was saved before.
+    private let file: RegularFile?
+    private let digest: SHA256Digest?
+    /// The file this resource became when it was received before, still in the inbox.
+    private let saved: ReceivedFile?
     private var synced: UInt64
     private var ended = false
     /// Whether the inbox has been told the part ended (`release`).
@@ -36,8 +46,19 @@ public final class IncomingFile: @unchecked Sendable {
         self.key = key
         dataPath = AtomicFile.join(inbox.partDirectory, key + ".data")
         statePath = AtomicFile.join(inbox.partDirectory, key + ".state")
+        if let saved = Self.savedFile(inbox: inbox, offer: offer, key: key) {
+            self.saved = saved
+            file = nil
+            digest = nil
+            offset = offer.size
+            received = offer.size
+            synced = offer.size
+            return
+        }
+        saved = nil
         do {
-            file = try RegularFile.openForWriting(dataPath)
+            let file = try RegularFile.openForWriting(dataPath)
+            self.file = file
             let hasher = try SHA256Digest()
             digest = hasher
             let record = Self.record(statePath)
@@ -84,10 +105,54 @@ public final class IncomingFile: @unchecked Sendable {
         try AtomicFile.write(Array("\(length)\n\(boot)\n".utf8), to: path, mode: 0o600)
     }
 
+    /// A saved part's record: "saved\n<name in the inbox>\n<device> <inode> <size>
+    /// <modified> <changed>\n<the offered name's UTF-8 in hex>\n" (the file's `FileIdentity`
+    /// once saved; the offered name may hold any character, a line break too), nil for any
+    /// other.
+    private static func savedRecord(_ path: String) -> (name: String, identity: FileIdentity, offered: String)? {
+        guard let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 4096),
+              let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count >= 4, lines[0] == "saved" else { return nil }
+        let n = lines[2].split(separator: " ")
+        guard n.count == 5, let device = UInt64(n[0]), let inode = UInt64(n[1]), let size = UInt64(n[2]),
+              let modified = Int64(n[3]), let changed = Int64(n[4]) else { return nil }
+        return (String(lines[1]), FileIdentity(device: device, inode: inode, size: size, modified: modified, changed: changed),
+                String(lines[3]))
+    }
+
+    /// How a record keeps the offered name.
+    private static func encoded(_ name: String) -> String { Fingerprint.hexString(Array(name.utf8)) }
+
+    /// The file `offer` (from the peer in `key`) became when it was received whole before
+    /// under the same offered name, when it is still in the inbox as it was saved (the same
+    /// file, size and times): nil when there is no such record, the name differs, or the
+    /// file was removed, renamed or changed since.
+    static func savedFile(inbox: Inbox, offer: ResourceOffer, key: String) -> ReceivedFile? {
+        guard let r = savedRecord(AtomicFile.join(inbox.partDirectory, key + ".state")), r.offered == encoded(offer.name),
+              !r.name.isEmpty, !r.name.contains("/"), r.name != ".", r.name != "..", r.identity.size == offer.size else { return nil }
+        let path = AtomicFile.join(inbox.directory, r.name)
+        guard let now = try? RegularFile.openForReading(path).identity(), now == r.identity else { return nil }
+        return ReceivedFile(path: path, name: r.name, size: offer.size, mediaType: offer.mediaType, sha256: offer.sha256)
+    }
+
+    /// Replaces the part's length record with where its file went (`savedRecord`). Saved is
+    /// saved: a record that cannot be written only costs a second copy if the same resource
+    /// comes again, so it is removed rather than failing the transfer.
+    private func recordSaved(_ name: String, at path: String) {
+        do {
+            let i = try RegularFile.openForReading(path).identity()
+            let text = "saved\n\(name)\n\(i.device) \(i.inode) \(i.size) \(i.modified) \(i.changed)\n\(Self.encoded(offer.name))\n"
+            try AtomicFile.write(Array(text.utf8), to: statePath, mode: 0o600)
+        } catch {
+            _ = try? FileSystem.remove(statePath)
+        }
+    }
+
     /// Appends the next bytes.
     public func write(_ bytes: [UInt8]) throws(InboxError) {
         guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
-        guard UInt64(bytes.count) <= offer.size - received else {
+        guard UInt64(bytes.count) <= offer.size - received, let file, let digest else {
             throw .invalid("more bytes than the \(offer.size) offered")
         }
         do {
@@ -103,7 +168,7 @@ public final class IncomingFile: @unchecked Sendable {
 
     /// Flushes the data and records its length: a resume starts from here at worst.
     public func checkpoint() throws(InboxError) {
-        guard !ended, received > synced else { return }
+        guard !ended, received > synced, let file else { return }
         do {
             try file.sync()
             try Self.writeRecord(statePath, length: received, boot: inbox.bootID)
@@ -118,6 +183,13 @@ public final class IncomingFile: @unchecked Sendable {
     public func finish() throws(InboxError) -> ReceivedFile {
         guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
         guard received == offer.size else { throw .invalid("\(received) of \(offer.size) bytes received") }
+        if let saved {
+            // Saved before: the sender only had not heard it.
+            ended = true
+            release()
+            return saved
+        }
+        guard let file, let digest else { throw .invalid("the part of \(offer.name) is not open") }
         let got: [UInt8]
         do { got = try digest.finish() } catch { throw .io("hashing \(dataPath)", error) }
         guard got == offer.sha256 else {
@@ -139,11 +211,11 @@ public final class IncomingFile: @unchecked Sendable {
             }
             guard let name else { throw InboxError.invalid("10,000 files called \(safe) are in the inbox already") }
             try FileSystem.syncDirectory(inbox.directory)
-            try FileSystem.remove(statePath)
+            let path = AtomicFile.join(inbox.directory, name)
+            recordSaved(name, at: path)
             ended = true
             release()
-            return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,
-                                mediaType: offer.mediaType, sha256: got)
+            return ReceivedFile(path: path, name: name, size: offer.size, mediaType: offer.mediaType, sha256: got)
         } catch let e as InboxError {
             discard()
             throw e
@@ -158,7 +230,7 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended else { return }
         try? checkpoint()
         ended = true
-        file.close()
+        file?.close()
         release()
     }
 
@@ -169,9 +241,12 @@ public final class IncomingFile: @unchecked Sendable {
         // transfer of the same content may be writing them.
         guard !ended else { return }
         ended = true
-        file.close()
-        _ = try? FileSystem.remove(dataPath)
-        _ = try? FileSystem.remove(statePath)
+        file?.close()
+        // (A resource saved before keeps its record: the file is still there.)
+        if saved == nil {
+            _ = try? FileSystem.remove(dataPath)
+            _ = try? FileSystem.remove(statePath)
+        }
         // Last: once the key is free another transfer may make these files again.
         release()
     }
@@ -179,7 +254,7 @@ public final class IncomingFile: @unchecked Sendable {
     /// Closes without recording (the part stays as it was).
     func close() {
         ended = true
-        file.close()
+        file?.close()
         release()
     }
 }

@@ -106,6 +106,18 @@ peer_sessions() {
     grep -o '"peer":"[0-9a-f]\{64\}"' <<<"$out" | cut -d'"' -f4 | sort
 }
 
+# parts_left INBOX: the names in INBOX/.part, one a line, but for the records of files saved
+# (a `.state` file that says "saved": kept so that the same resource offered again, its
+# confirmation lost, is not received twice).
+parts_left() {
+    local f
+    for f in "$1"/.part/* "$1"/.part/.[!.]*; do
+        [ -e "$f" ] || continue
+        case $f in *.state) [ "$(head -n 1 "$f")" = saved ] && continue ;; esac
+        echo "${f##*/}"
+    done
+}
+
 # rss_kb PID / fd_count PID: VmRSS (kB) and open descriptors of a process, from /proc.
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 fd_count() { ls "/proc/$1/fd" | wc -l; }

@@ -1,6 +1,7 @@
 import Foundation
 import Peer
 import Session
+import Synchronization
 import SystemKit
 import TLS
 import Testing
@@ -33,6 +34,16 @@ import Testing
         (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).sorted()
     }
 
+    /// `tree` of an inbox without the records of the files saved (a part's `.state` that says
+    /// "saved", kept for a later offer of the same resource).
+    static func files(_ inbox: String) -> [String] {
+        tree(inbox).filter { name in
+            guard name.hasPrefix(".part/"), name.hasSuffix(".state"),
+                  let text = try? String(contentsOfFile: inbox + "/" + name, encoding: .utf8) else { return true }
+            return !text.hasPrefix("saved\n")
+        }
+    }
+
     @Test(arguments: [0, 1, 4096, 100_003])
     func aWholeTransferAppearsVerifiedUnderItsName(_ size: Int) throws {
         let dir = try Directory()
@@ -52,7 +63,54 @@ import Testing
         #expect(saved.name == "photo.png" && saved.size == UInt64(size) && saved.mediaType == "image/png")
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
         #expect(try inbox.files() == ["photo.png"])
-        #expect(try FileSystem.names(in: inbox.partDirectory).isEmpty, "the part and its state are gone")
+        #expect(Self.files(inbox.directory) == [".part", "photo.png"], "the part and its length record are gone")
+        #expect(inbox.alreadySaved(try Self.offer("photo.png", bytes), from: Self.peer) == saved, "where it went is recorded")
+    }
+
+    /// A resource received whole and offered again by the same peer under the same name (its
+    /// sender never heard the confirmation) is complete from the start, needs no room and
+    /// gives the file saved then: no second copy. Under another name, from another peer, or
+    /// once the saved file was changed, moved or removed, it is received again.
+    @Test func aSavedResourceOfferedAgainIsCompleteFromTheStart() throws {
+        let dir = try Directory()
+        let room = Mutex<UInt64>(1 << 30)
+        let inbox = try Inbox(directory: dir.path + "/inbox", limits: .init(reserveBytes: 0), freeSpace: { _ in room.withLock { $0 } })
+        let bytes = Self.content(10_000, seed: 9)
+        let offer = try Self.offer("twice.bin", bytes)
+        let part = try inbox.receive(offer, from: Self.peer)
+        try part.write(bytes)
+        let saved = try part.finish()
+        room.withLock { $0 = 0 }
+        try inbox.check(offer, from: Self.peer)
+        let again = try inbox.receive(try Self.offer("twice.bin", bytes, id: 3), from: Self.peer)
+        #expect(again.offset == 10_000 && again.received == 10_000)
+        #expect(throws: InboxError.self, "nothing more may be written") { try again.write([1]) }
+        let same = try again.finish()
+        #expect(same.path == saved.path && same.name == "twice.bin" && same.size == 10_000 && same.sha256 == offer.sha256)
+        #expect(Self.files(inbox.directory) == [".part", "twice.bin"])
+        room.withLock { $0 = 1 << 30 }
+        // Another name for the same content is another file.
+        let renamed = try inbox.receive(try Self.offer("copy of twice.bin", bytes, id: 5), from: Self.peer)
+        #expect(renamed.offset == 0)
+        renamed.discard()
+        // Another peer's copy is received in full.
+        let other = PeerID(bytes: [UInt8](repeating: 0x43, count: 32))!
+        #expect(try inbox.receive(offer, from: other).offset == 0)
+        // The saved file changed (appended to): received again, beside it.
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: saved.path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([1]))
+        try handle.close()
+        #expect(inbox.alreadySaved(offer, from: Self.peer) == nil)
+        let third = try inbox.receive(offer, from: Self.peer)
+        #expect(third.offset == 0)
+        try third.write(bytes)
+        #expect(try third.finish().name == "twice (2).bin")
+        // Removed: received again under its own name.
+        try FileManager.default.removeItem(atPath: saved.path)
+        try FileManager.default.removeItem(atPath: dir.path + "/inbox/twice (2).bin")
+        let fourth = try inbox.receive(offer, from: Self.peer)
+        #expect(fourth.offset == 0)
     }
 
     /// A daemon killed mid-transfer: in the same boot every byte it wrote is in the part (the
@@ -83,10 +141,11 @@ import Testing
         #expect(other.offset == 0)
         other.discard()
         // A suspended transfer (the link dropped) records everything written, for any boot.
-        let again = try inbox.receive(try Self.offer("big.bin", bytes, id: 3), from: Self.peer)
-        try again.write(Array(bytes[0..<1234]))
+        let next = try Self.offer("next.bin", Self.content(50_000, seed: 4), id: 3)
+        let again = try inbox.receive(next, from: Self.peer)
+        try again.write(Array(Self.content(50_000, seed: 4)[0..<1234]))
         again.suspend()
-        #expect(try Inbox(directory: dir.path, limits: limits, bootID: "boot-3").receive(offer, from: Self.peer).offset == 1234)
+        #expect(try Inbox(directory: dir.path, limits: limits, bootID: "boot-3").receive(next, from: Self.peer).offset == 1234)
     }
 
     /// A part nobody resumed within `partRetention` is removed when the inbox is next opened

@@ -51,7 +51,7 @@ import Testing
         let saved = try Self.finished(writer)
         #expect(reports.all == (0..<n).map { "\($0): ok" })
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
-        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "w.bin"])
+        #expect(InboxTests.files(dir.path + "/inbox") == [".part", "w.bin"])
     }
 
     /// A write the file refuses (more bytes than offered) is reported with its reason, once;
@@ -243,7 +243,7 @@ import Testing
         let verdict = t.finished(1, .success(saved))
         #expect(verdict.frames.isEmpty, "the session is gone: nothing to tell the peer")
         #expect(verdict.events.count == 1 && { if case .received = verdict.events[0] { true } else { false } }())
-        #expect(InboxTests.tree(dir.path + "/inbox") == [".part", "w.bin"])
+        #expect(InboxTests.files(dir.path + "/inbox") == [".part", "w.bin"])
     }
 
     /// A verdict that the file cannot be saved (a wrong hash here) ends the resource with its

@@ -208,6 +208,6 @@ import Testing
         }
         #expect(t.offset == 200_000)
         #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == Data(content))
-        #expect(InboxTests.tree(inbox.directory) == [".part", "photo.jpg"])
+        #expect(InboxTests.files(inbox.directory) == [".part", "photo.jpg"])
     }
 }

@@ -256,7 +256,7 @@ for n in 1 2; do
         [ ! -e "$f" ] || fail "fill-$n.bin was refused, yet is in the inbox"
     fi
 done
-assert_eq "$(ls -A /run/lab/small/inbox/.part | wc -l)" 0 "no part left of the failed transfer"
+assert_eq "$(parts_left /run/lab/small/inbox | wc -l)" 0 "no part left of the failed transfer"
 
 note "5f. another writer fills the disk while a transfer runs: it fails cleanly with no-space"
 rm -f /run/lab/small/inbox/fill-*.bin
@@ -280,7 +280,7 @@ wait "$P3"; R3=$?
 assert_contains "$(cat "$(log_of fill-3)")" '"reason":"no-space"' "the sender hears no-space"
 need_event 15 p4 peer.resource-ended '"name":"fill-3.bin"' '"reason":"no-space"'
 [ ! -e /run/lab/small/inbox/fill-3.bin ] || fail "fill-3.bin is in the inbox"
-assert_eq "$(ls -A /run/lab/small/inbox/.part | wc -l)" 0 "no part left of the failed transfer"
+assert_eq "$(parts_left /run/lab/small/inbox | wc -l)" 0 "no part left of the failed transfer"
 rm -f /run/lab/small/filler
 
 event_lines p2 peer.resource-ended | tail -n 4

@@ -101,7 +101,7 @@ resume c cut_c restore_c
 need_event 30 p2 peer.resource-sent '"name":"c.bin"'
 
 cat "$LAB_OUT/resume-bytes.txt"
-assert_eq "$(ls -A "$INBOX/.part" | tr "\n" " ")" "" "no part left (the names of what is)"
+assert_eq "$(parts_left "$INBOX" | tr "\n" " ")" "" "no part left (the names of what is)"
 stop_peerlinkd p1; stop_peerlinkd p2
 peer_net_cleanup
 note "ok"

@@ -29,5 +29,5 @@ need_event 10 s peer.resource-received '"name":"stalled.bin"'
 got=$(jfield path "$(event_lines s peer.resource-received '"name":"stalled.bin"' | tail -n 1)")
 [ -f "$got" ] || fail "no received file at '$got'"
 assert_eq "$(sha256sum <"$got" | cut -d' ' -f1)" "$(sha256sum <"$LAB_OUT/stalled.bin" | cut -d' ' -f1)" "sha256sum of the resumed file"
-assert_eq "$(ls -A /run/lab/inbox-stall/.part)" "" "no part left once the file is saved"
+assert_eq "$(parts_left /run/lab/inbox-stall)" "" "no part left once the file is saved"
 note "peer stall done"
