@@ -105,17 +105,23 @@ public final class Inbox: @unchecked Sendable {
     public let removedParts: Int
 
     /// Removes each part (its `.data` and `.state`) whose newer file was last modified more
-    /// than `partRetention` before `now`; returns how many. A part it cannot read is left.
+    /// than `partRetention` before `now`, and the records of files saved that long ago
+    /// (`SavedResource`); returns how many parts. A part it cannot read is left.
     private static func removeStaleParts(in partDirectory: String, now: Int64) -> Int {
         guard let names = try? FileSystem.names(in: partDirectory) else { return 0 }
+        let limit = now - Int64(partRetention.components.seconds) * 1_000_000_000
         var newest: [String: Int64] = [:]
         for name in names {
-            guard let dot = name.lastIndex(of: "."), [".data", ".state"].contains(String(name[dot...])) else { continue }
-            guard let modified = try? RegularFile.openForReading(AtomicFile.join(partDirectory, name)).status().modified else { continue }
+            guard let dot = name.lastIndex(of: "."), [".data", ".state", ".saved"].contains(String(name[dot...])) else { continue }
+            let path = AtomicFile.join(partDirectory, name)
+            guard let modified = try? RegularFile.openForReading(path).status().modified else { continue }
+            if name[dot...] == ".saved" {
+                if modified < limit { _ = try? FileSystem.remove(path) }
+                continue
+            }
             let key = String(name[..<dot])
             newest[key] = max(newest[key] ?? .min, modified)
         }
-        let limit = now - Int64(partRetention.components.seconds) * 1_000_000_000
         var removed = 0
         for (key, modified) in newest where modified < limit {
             _ = try? FileSystem.remove(AtomicFile.join(partDirectory, key + ".data"))
@@ -136,13 +142,14 @@ public final class Inbox: @unchecked Sendable {
         try claim(key, offer.name)
         let part: IncomingFile
         do {
-            part = try IncomingFile(inbox: self, offer: offer, key: key)
+            part = try IncomingFile(inbox: self, offer: offer, from: peer, key: key)
         } catch {
             _ = open.withLock { $0.keys.remove(key) }
             throw error
         }
         do {
-            try checkRoom(for: offer.size - part.offset, promising: part)
+            // (A part that holds every byte needs no room: a resource saved before, say.)
+            if part.offset < offer.size { try checkRoom(for: offer.size - part.offset, promising: part) }
         } catch {
             // What an earlier transfer left stays for a later resume (when there is room).
             if part.offset > 0 { part.close() } else { part.discard() }
@@ -189,18 +196,10 @@ public final class Inbox: @unchecked Sendable {
     public func check(_ offer: ResourceOffer, from peer: PeerID) throws(InboxError) {
         try checkQuota(offer)
         let key = Self.key(offer, peer)
-        if IncomingFile.savedFile(inbox: self, offer: offer, key: key) != nil { return }
+        if SavedResource.matching(self, key: key, offer: offer, from: peer) != nil { return }
         let part = AtomicFile.join(partDirectory, key + ".data")
         let have = (try? RegularFile.openForReading(part).size()) ?? 0
         try checkRoom(for: offer.size - min(have, offer.size), promising: nil)
-    }
-
-    /// The file `offer` from `peer` became when it was received whole before, if it is still
-    /// in the inbox as it was saved: a sender that never heard the confirmation (the session
-    /// ended while the file was being saved) offers it again, and the offer is then complete
-    /// from the start (`IncomingFile`'s saved record), so the file is not received twice.
-    public func alreadySaved(_ offer: ResourceOffer, from peer: PeerID) -> ReceivedFile? {
-        IncomingFile.savedFile(inbox: self, offer: offer, key: Self.key(offer, peer))
     }
 
     /// Whether `offer` is within the quota (no file system call: `check` does the rest).

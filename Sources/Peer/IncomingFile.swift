@@ -6,12 +6,9 @@ import TLS
 /// flushed every `syncInterval` bytes with their length recorded (the length a resume can
 /// trust), and at the end verified and moved to a final name. Used from one queue or actor.
 ///
-/// Once saved, the part's record says where the file went (`savedRecord`), for as long as a
-/// part is kept (`Inbox.partRetention`): the same resource offered again by the same peer
-/// under the same name (its sender never heard the confirmation: the session ended while
-/// the file was being saved, or before the confirmation arrived) is then complete from the
-/// start (`saved`), while that file is still in the inbox unchanged, instead of being
-/// received twice. Another name for the same content is another file.
+/// A resource saved before and offered again by the same peer under the same name (its
+/// confirmation lost with the session) is complete from the start (`saved`), instead of
+/// being received twice (`SavedResource`).
 public final class IncomingFile: @unchecked Sendable {
     /// What was offered.
     public let offer: ResourceOffer
@@ -21,6 +18,8 @@ public final class IncomingFile: @unchecked Sendable {
     public private(set) var received: UInt64
 
     private let inbox: Inbox
+    /// Who sent it.
+    private let peer: PeerID
     /// The part's key in the inbox (who sent it, what it is).
     private let key: String
     private let dataPath: String
@@ -40,13 +39,14 @@ public final class IncomingFile: @unchecked Sendable {
     /// resumes from its whole length. After a reboot only what was flushed counts: the data
     /// is cut to the recorded length. Either way it is hashed again (the digest must cover
     /// every byte), and the record is written at once with this boot's id.
-    init(inbox: Inbox, offer: ResourceOffer, key: String) throws(InboxError) {
+    init(inbox: Inbox, offer: ResourceOffer, from peer: PeerID, key: String) throws(InboxError) {
         self.inbox = inbox
         self.offer = offer
+        self.peer = peer
         self.key = key
         dataPath = AtomicFile.join(inbox.partDirectory, key + ".data")
         statePath = AtomicFile.join(inbox.partDirectory, key + ".state")
-        if let saved = Self.savedFile(inbox: inbox, offer: offer, key: key) {
+        if let saved = SavedResource.verified(inbox, key: key, offer: offer, from: peer) {
             self.saved = saved
             file = nil
             digest = nil
@@ -105,50 +105,6 @@ public final class IncomingFile: @unchecked Sendable {
         try AtomicFile.write(Array("\(length)\n\(boot)\n".utf8), to: path, mode: 0o600)
     }
 
-    /// A saved part's record: "saved\n<name in the inbox>\n<device> <inode> <size>
-    /// <modified> <changed>\n<the offered name's UTF-8 in hex>\n" (the file's `FileIdentity`
-    /// once saved; the offered name may hold any character, a line break too), nil for any
-    /// other.
-    private static func savedRecord(_ path: String) -> (name: String, identity: FileIdentity, offered: String)? {
-        guard let bytes = try? AtomicFile.readIfPresent(path, maximumSize: 4096),
-              let text = String(validating: bytes, as: UTF8.self) else { return nil }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
-        guard lines.count >= 4, lines[0] == "saved" else { return nil }
-        let n = lines[2].split(separator: " ")
-        guard n.count == 5, let device = UInt64(n[0]), let inode = UInt64(n[1]), let size = UInt64(n[2]),
-              let modified = Int64(n[3]), let changed = Int64(n[4]) else { return nil }
-        return (String(lines[1]), FileIdentity(device: device, inode: inode, size: size, modified: modified, changed: changed),
-                String(lines[3]))
-    }
-
-    /// How a record keeps the offered name.
-    private static func encoded(_ name: String) -> String { Fingerprint.hexString(Array(name.utf8)) }
-
-    /// The file `offer` (from the peer in `key`) became when it was received whole before
-    /// under the same offered name, when it is still in the inbox as it was saved (the same
-    /// file, size and times): nil when there is no such record, the name differs, or the
-    /// file was removed, renamed or changed since.
-    static func savedFile(inbox: Inbox, offer: ResourceOffer, key: String) -> ReceivedFile? {
-        guard let r = savedRecord(AtomicFile.join(inbox.partDirectory, key + ".state")), r.offered == encoded(offer.name),
-              !r.name.isEmpty, !r.name.contains("/"), r.name != ".", r.name != "..", r.identity.size == offer.size else { return nil }
-        let path = AtomicFile.join(inbox.directory, r.name)
-        guard let now = try? RegularFile.openForReading(path).identity(), now == r.identity else { return nil }
-        return ReceivedFile(path: path, name: r.name, size: offer.size, mediaType: offer.mediaType, sha256: offer.sha256)
-    }
-
-    /// Replaces the part's length record with where its file went (`savedRecord`). Saved is
-    /// saved: a record that cannot be written only costs a second copy if the same resource
-    /// comes again, so it is removed rather than failing the transfer.
-    private func recordSaved(_ name: String, at path: String) {
-        do {
-            let i = try RegularFile.openForReading(path).identity()
-            let text = "saved\n\(name)\n\(i.device) \(i.inode) \(i.size) \(i.modified) \(i.changed)\n\(Self.encoded(offer.name))\n"
-            try AtomicFile.write(Array(text.utf8), to: statePath, mode: 0o600)
-        } catch {
-            _ = try? FileSystem.remove(statePath)
-        }
-    }
-
     /// Appends the next bytes.
     public func write(_ bytes: [UInt8]) throws(InboxError) {
         guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
@@ -184,7 +140,8 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended else { throw .invalid("the transfer of \(offer.name) has ended") }
         guard received == offer.size else { throw .invalid("\(received) of \(offer.size) bytes received") }
         if let saved {
-            // Saved before: the sender only had not heard it.
+            // Saved before: the sender only had not heard it. The record served its offer.
+            SavedResource.remove(inbox, key: key)
             ended = true
             release()
             return saved
@@ -211,11 +168,12 @@ public final class IncomingFile: @unchecked Sendable {
             }
             guard let name else { throw InboxError.invalid("10,000 files called \(safe) are in the inbox already") }
             try FileSystem.syncDirectory(inbox.directory)
-            let path = AtomicFile.join(inbox.directory, name)
-            recordSaved(name, at: path)
+            try FileSystem.remove(statePath)
+            SavedResource.record(inbox, key: key, name: name, offer: offer, from: peer)
             ended = true
             release()
-            return ReceivedFile(path: path, name: name, size: offer.size, mediaType: offer.mediaType, sha256: got)
+            return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,
+                                mediaType: offer.mediaType, sha256: got)
         } catch let e as InboxError {
             discard()
             throw e
@@ -242,7 +200,8 @@ public final class IncomingFile: @unchecked Sendable {
         guard !ended else { return }
         ended = true
         file?.close()
-        // (A resource saved before keeps its record: the file is still there.)
+        // (A resource saved before keeps its record, and a part of its content under another
+        // name is not this object's.)
         if saved == nil {
             _ = try? FileSystem.remove(dataPath)
             _ = try? FileSystem.remove(statePath)

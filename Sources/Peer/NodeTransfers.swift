@@ -344,22 +344,18 @@ final class NodeTransfers: Sendable {
     private func ask(_ t: ResourceTransfer, _ offer: ResourceOffer, from peer: PeerID, on c: PeerConnection) {
         var refusal: InboxError?
         do throws(InboxError) { try inbox?.check(offer, from: peer) } catch { refusal = error }
-        // A file this peer sent whole before (the confirmation lost with its session) is taken
-        // at once: nothing is written, and a client accepted it then.
-        let saved = refusal == nil && inbox?.alreadySaved(offer, from: peer) != nil
-        c.queue.async { [self, refusal] in asked(t, offer, refusal, saved: saved, on: c) }
+        c.queue.async { [self, refusal] in asked(t, offer, refusal, on: c) }
     }
 
-    private func asked(_ t: ResourceTransfer, _ offer: ResourceOffer, _ refusal: InboxError?, saved: Bool, on c: PeerConnection) {
+    private func asked(_ t: ResourceTransfer, _ offer: ResourceOffer, _ refusal: InboxError?, on c: PeerConnection) {
         let live = state.withLock { s -> Bool in
             guard s.records[t.id]?.checking == true else { return false }
             s.records[t.id]?.checking = false
-            s.records[t.id]?.asked = refusal == nil && !saved
+            s.records[t.id]?.asked = refusal == nil
             return true
         }
         guard live else { return }
         if let refusal { return c.declineResource(offer.resourceID, reason: refusal.reason, detail: refusal.description) }
-        if saved, let inbox { return c.acceptResource(offer.resourceID, into: inbox) }
         emit(.offered(t))
         DispatchQueue.global().asyncAfter(deadline: .now() + Self.answerTimeout.dispatchInterval) { [weak self] in
             self?.unanswered(t.id, c, offer.resourceID)

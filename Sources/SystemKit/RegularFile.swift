@@ -28,6 +28,20 @@ public final class RegularFile: @unchecked Sendable {
         RegularFile(fd: try syscall("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }, path: path)
     }
 
+    /// Opens `path` to read when it is a regular file itself: nil for a symbolic link, a
+    /// FIFO (whose open would wait for a writer), a device or a directory.
+    public static func openIfRegular(_ path: String) throws -> RegularFile? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        if fd < 0 {
+            if errno == ELOOP { return nil }
+            throw SystemError(call: "open", code: errno, context: path)
+        }
+        let file = RegularFile(fd: fd, path: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return file
+    }
+
     /// Opens `path` to read and write, creating it with `mode` when it does not exist.
     public static func openForWriting(_ path: String, mode: mode_t = 0o600) throws -> RegularFile {
         RegularFile(fd: try syscall("open", context: path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode) }, path: path)

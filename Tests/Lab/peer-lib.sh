@@ -107,16 +107,9 @@ peer_sessions() {
 }
 
 # parts_left INBOX: the names in INBOX/.part, one a line, but for the records of files saved
-# (a `.state` file that says "saved": kept so that the same resource offered again, its
-# confirmation lost, is not received twice).
-parts_left() {
-    local f
-    for f in "$1"/.part/* "$1"/.part/.[!.]*; do
-        [ -e "$f" ] || continue
-        case $f in *.state) [ "$(head -n 1 "$f")" = saved ] && continue ;; esac
-        echo "${f##*/}"
-    done
-}
+# (`*.saved`: kept so that the same resource offered again, its confirmation lost, is not
+# received twice).
+parts_left() { ls -A "$1/.part" | grep -v '\.saved$' || true; }
 
 # rss_kb PID / fd_count PID: VmRSS (kB) and open descriptors of a process, from /proc.
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }

@@ -34,14 +34,10 @@ import Testing
         (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).sorted()
     }
 
-    /// `tree` of an inbox without the records of the files saved (a part's `.state` that says
-    /// "saved", kept for a later offer of the same resource).
+    /// `tree` of an inbox without the records of the files saved (`.part/<key>.saved`, kept
+    /// for a later offer of the same resource).
     static func files(_ inbox: String) -> [String] {
-        tree(inbox).filter { name in
-            guard name.hasPrefix(".part/"), name.hasSuffix(".state"),
-                  let text = try? String(contentsOfFile: inbox + "/" + name, encoding: .utf8) else { return true }
-            return !text.hasPrefix("saved\n")
-        }
+        tree(inbox).filter { !($0.hasPrefix(".part/") && $0.hasSuffix(".saved")) }
     }
 
     @Test(arguments: [0, 1, 4096, 100_003])
@@ -64,53 +60,80 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
         #expect(try inbox.files() == ["photo.png"])
         #expect(Self.files(inbox.directory) == [".part", "photo.png"], "the part and its length record are gone")
-        #expect(inbox.alreadySaved(try Self.offer("photo.png", bytes), from: Self.peer) == saved, "where it went is recorded")
+        #expect(try FileSystem.names(in: inbox.partDirectory).map { $0.hasSuffix(".saved") } == [true], "where it went is recorded")
+    }
+
+    /// `bytes` received whole as `offer` from `peer`.
+    static func saved(_ inbox: Inbox, _ offer: ResourceOffer, _ bytes: [UInt8], from peer: PeerID = peer) throws -> ReceivedFile {
+        let part = try inbox.receive(offer, from: peer)
+        #expect(part.offset == 0)
+        try part.write(bytes)
+        return try part.finish()
     }
 
     /// A resource received whole and offered again by the same peer under the same name (its
     /// sender never heard the confirmation) is complete from the start, needs no room and
-    /// gives the file saved then: no second copy. Under another name, from another peer, or
-    /// once the saved file was changed, moved or removed, it is received again.
+    /// gives the file saved then: no second copy, once. Under another name (which leaves the
+    /// record), from another peer, once the saved file's content changed (its size and times
+    /// may not show it: it is hashed again), is a link, or the record is older than
+    /// `partRetention`, it is received again.
     @Test func aSavedResourceOfferedAgainIsCompleteFromTheStart() throws {
         let dir = try Directory()
         let room = Mutex<UInt64>(1 << 30)
-        let inbox = try Inbox(directory: dir.path + "/inbox", limits: .init(reserveBytes: 0), freeSpace: { _ in room.withLock { $0 } })
+        let inbox = try Inbox(directory: dir.path + "/inbox", freeSpace: { _ in room.withLock { $0 } })
         let bytes = Self.content(10_000, seed: 9)
         let offer = try Self.offer("twice.bin", bytes)
-        let part = try inbox.receive(offer, from: Self.peer)
-        try part.write(bytes)
-        let saved = try part.finish()
+        let first = try Self.saved(inbox, offer, bytes)
+        // No room at all (below the reserve): none is needed.
         room.withLock { $0 = 0 }
         try inbox.check(offer, from: Self.peer)
         let again = try inbox.receive(try Self.offer("twice.bin", bytes, id: 3), from: Self.peer)
         #expect(again.offset == 10_000 && again.received == 10_000)
         #expect(throws: InboxError.self, "nothing more may be written") { try again.write([1]) }
         let same = try again.finish()
-        #expect(same.path == saved.path && same.name == "twice.bin" && same.size == 10_000 && same.sha256 == offer.sha256)
-        #expect(Self.files(inbox.directory) == [".part", "twice.bin"])
+        #expect(same.path == first.path && same.name == "twice.bin" && same.size == 10_000 && same.sha256 == offer.sha256)
+        #expect(Self.tree(inbox.directory) == [".part", "twice.bin"], "one copy; the record served its offer")
         room.withLock { $0 = 1 << 30 }
-        // Another name for the same content is another file.
-        let renamed = try inbox.receive(try Self.offer("copy of twice.bin", bytes, id: 5), from: Self.peer)
+        #expect(try inbox.receive(offer, from: Self.peer).offset == 0, "once")
+
+        // Another name for the same content is another file, and leaves the record.
+        let other = try Self.offer("b.bin", Self.content(5_000, seed: 10))
+        _ = try Self.saved(inbox, other, Self.content(5_000, seed: 10))
+        let renamed = try inbox.receive(try Self.offer("copy of b.bin", Self.content(5_000, seed: 10)), from: Self.peer)
         #expect(renamed.offset == 0)
         renamed.discard()
-        // Another peer's copy is received in full.
-        let other = PeerID(bytes: [UInt8](repeating: 0x43, count: 32))!
-        #expect(try inbox.receive(offer, from: other).offset == 0)
-        // The saved file changed (appended to): received again, beside it.
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: saved.path))
-        try handle.seekToEnd()
-        try handle.write(contentsOf: Data([1]))
-        try handle.close()
-        #expect(inbox.alreadySaved(offer, from: Self.peer) == nil)
-        let third = try inbox.receive(offer, from: Self.peer)
-        #expect(third.offset == 0)
-        try third.write(bytes)
-        #expect(try third.finish().name == "twice (2).bin")
-        // Removed: received again under its own name.
-        try FileManager.default.removeItem(atPath: saved.path)
-        try FileManager.default.removeItem(atPath: dir.path + "/inbox/twice (2).bin")
-        let fourth = try inbox.receive(offer, from: Self.peer)
-        #expect(fourth.offset == 0)
+        #expect(try inbox.receive(try Self.offer("b.bin", Self.content(5_000, seed: 10), id: 5), from: Self.peer).offset == 5_000)
+        // Another peer's offer is received in full, even from an ID that begins the same (the
+        // part's key holds a prefix of it).
+        let lookalike = PeerID(bytes: [UInt8](repeating: 0x42, count: 31) + [0])!
+        #expect(try inbox.receive(other, from: lookalike).offset == 0)
+
+        // Changed in place, same size (times set back): hashed, received again beside it.
+        let c = try Self.offer("c.bin", Self.content(5_000, seed: 11))
+        let cFile = try Self.saved(inbox, c, Self.content(5_000, seed: 11))
+        let before = try FileManager.default.attributesOfItem(atPath: cFile.path)[.modificationDate] as? Date
+        var changed = Self.content(5_000, seed: 11)
+        changed[0] ^= 1
+        try Data(changed).write(to: URL(fileURLWithPath: cFile.path))
+        try FileManager.default.setAttributes([.modificationDate: before as Any], ofItemAtPath: cFile.path)
+        let cAgain = try inbox.receive(c, from: Self.peer)
+        #expect(cAgain.offset == 0)
+        try cAgain.write(Self.content(5_000, seed: 11))
+        #expect(try cAgain.finish().name == "c (2).bin")
+
+        // A symbolic link in place of the file, or a record past its retention: received again.
+        let d = try Self.offer("d.bin", Self.content(5_000, seed: 12))
+        let dFile = try Self.saved(inbox, d, Self.content(5_000, seed: 12))
+        try FileManager.default.moveItem(atPath: dFile.path, toPath: dir.path + "/elsewhere")
+        try FileManager.default.createSymbolicLink(atPath: dFile.path, withDestinationPath: dir.path + "/elsewhere")
+        #expect(try inbox.receive(d, from: Self.peer).offset == 0)
+        let e = try Self.offer("e.bin", Self.content(5_000, seed: 13))
+        _ = try Self.saved(inbox, e, Self.content(5_000, seed: 13))
+        let record = try #require(try FileSystem.names(in: inbox.partDirectory).first { $0.hasSuffix(".saved") && $0.contains(Fingerprint.hexString(e.sha256)) })
+        let path = inbox.partDirectory + "/" + record
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+        try (lines[0..<3].joined(separator: "\n") + "\n0\n").write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(try inbox.receive(e, from: Self.peer).offset == 0)
     }
 
     /// A daemon killed mid-transfer: in the same boot every byte it wrote is in the part (the

@@ -77,7 +77,7 @@ done
 
 note "3. names from the sender stay in the inbox"
 PASSWD=$(sha256sum </etc/passwd)
-printf x >"$F/one"
+printf xy >"$F/one"  # two bytes: never the content of size-1.bin, sent under that name below
 LONG=$(printf 'é%.0s' $(seq 150))
 NAMES=("../../etc/passwd" "/etc/passwd" "a/b" ".." "." $'new\nline' "$LONG" "size-1.bin")
 BEFORE=$(ls -A /run/lab/inbox-p1 | wc -l)
