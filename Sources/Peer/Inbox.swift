@@ -8,7 +8,8 @@ import Glibc
 
 /// Where resources from peers land. The inbox directory holds finished, verified files only;
 /// transfers in progress live in `<inbox>/.part/` as `<key>.data` (the bytes so far) and
-/// `<key>.state` (how many of them are on the disk for sure). Nothing appears under a final
+/// `<key>.state` (how many of them are on the disk for sure), beside the records of files
+/// saved (`SavedResource`, `<key>-<name hash>.saved`). Nothing appears under a final
 /// name unless it is whole and its SHA-256 is the offered one: the data is flushed, then
 /// linked into place under a name of its own (never over another file).
 ///

@@ -141,7 +141,7 @@ public final class IncomingFile: @unchecked Sendable {
         guard received == offer.size else { throw .invalid("\(received) of \(offer.size) bytes received") }
         if let saved {
             // Saved before: the sender only had not heard it. The record served its offer.
-            SavedResource.remove(inbox, key: key)
+            SavedResource.remove(inbox, key: key, offer: offer)
             ended = true
             release()
             return saved
@@ -167,9 +167,11 @@ public final class IncomingFile: @unchecked Sendable {
                 n += 1
             }
             guard let name else { throw InboxError.invalid("10,000 files called \(safe) are in the inbox already") }
-            try FileSystem.syncDirectory(inbox.directory)
-            try FileSystem.remove(statePath)
+            // Linked: the file is in the inbox, whole and verified, whatever fails from here
+            // on (a failure reported now would leave it there while its sender sent it again).
+            _ = try? FileSystem.syncDirectory(inbox.directory)
             SavedResource.record(inbox, key: key, name: name, offer: offer, from: peer)
+            _ = try? FileSystem.remove(statePath)
             ended = true
             release()
             return ReceivedFile(path: AtomicFile.join(inbox.directory, name), name: name, size: offer.size,

@@ -3,7 +3,7 @@ import SystemKit
 import TLS
 
 /// The record of a resource received whole, kept beside the parts
-/// (`<inbox>/.part/<key>.saved`), so that the same resource offered again by the same peer
+/// (`<inbox>/.part/<key>-<name hash>.saved`, one per offered name), so that the same resource offered again by the same peer
 /// under the same name is answered as complete instead of being received twice: its sender
 /// never heard the confirmation (the session ended while the file was being saved, or
 /// before the confirmation arrived) and offers it again on the next session. A record
@@ -21,8 +21,12 @@ struct SavedResource: Equatable {
     /// When the file was saved, in nanoseconds since 1970.
     let savedAt: Int64
 
-    /// Where the record of the part with `key` is kept.
-    static func path(_ inbox: Inbox, _ key: String) -> String { AtomicFile.join(inbox.partDirectory, key + ".saved") }
+    /// Where the record of `offer` (its part's `key`, and its name: each name has its own)
+    /// is kept.
+    static func path(_ inbox: Inbox, _ key: String, _ offer: ResourceOffer) -> String {
+        let nameHash = (try? SHA256Digest.hash(Array(offer.name.utf8))).map { Fingerprint.hexString($0).prefix(16) } ?? "name"
+        return AtomicFile.join(inbox.partDirectory, "\(key)-\(nameHash).saved")
+    }
 
     /// How a record keeps an offered name.
     static func encoded(_ name: String) -> String { Fingerprint.hexString(Array(name.utf8)) }
@@ -32,15 +36,15 @@ struct SavedResource: Equatable {
     static func record(_ inbox: Inbox, key: String, name: String, offer: ResourceOffer, from peer: PeerID) {
         let text = "\(name)\n\(peer.hex)\n\(encoded(offer.name))\n\(FileIdentity.wallClockNanoseconds())\n"
         do {
-            try AtomicFile.write(Array(text.utf8), to: path(inbox, key), mode: 0o600)
+            try AtomicFile.write(Array(text.utf8), to: path(inbox, key, offer), mode: 0o600)
         } catch {
-            remove(inbox, key: key)
+            remove(inbox, key: key, offer: offer)
         }
     }
 
     /// The record of the part with `key`, nil when there is none or it cannot be read.
-    private static func read(_ inbox: Inbox, key: String) -> SavedResource? {
-        guard let bytes = try? AtomicFile.readIfPresent(path(inbox, key), maximumSize: 4096),
+    private static func read(_ inbox: Inbox, key: String, offer: ResourceOffer) -> SavedResource? {
+        guard let bytes = try? AtomicFile.readIfPresent(path(inbox, key, offer), maximumSize: 4096),
               let text = String(validating: bytes, as: UTF8.self) else { return nil }
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         guard lines.count == 5, lines[4].isEmpty, let savedAt = Int64(lines[3]) else { return nil }
@@ -56,7 +60,9 @@ struct SavedResource: Equatable {
     /// of the save, naming a file directly in the inbox.
     private func holds(at now: Int64) -> Bool {
         let retention = Int64(Inbox.partRetention.components.seconds) * 1_000_000_000
-        return now - savedAt < retention && !name.isEmpty && !name.contains("/") && name != "." && name != ".."
+        // (A record is read from the disk: any time in it must not trap.)
+        let (age, overflow) = now.subtractingReportingOverflow(savedAt)
+        return !overflow && age < retention && !name.isEmpty && !name.contains("/") && name != "." && name != ".."
     }
 
     /// The record of the part with `key`, when it says `offer` from `peer` was saved within
@@ -64,7 +70,7 @@ struct SavedResource: Equatable {
     /// asks before anyone is asked about an offer).
     static func matching(_ inbox: Inbox, key: String, offer: ResourceOffer, from peer: PeerID,
                          now: Int64 = FileIdentity.wallClockNanoseconds()) -> SavedResource? {
-        guard let r = read(inbox, key: key), r.isOf(offer, from: peer), r.holds(at: now) else { return nil }
+        guard let r = read(inbox, key: key, offer: offer), r.isOf(offer, from: peer), r.holds(at: now) else { return nil }
         return r
     }
 
@@ -73,20 +79,20 @@ struct SavedResource: Equatable {
     /// responsive, with the part's key claimed). A record of this resource that no longer
     /// holds goes; one of the same content under another name stays.
     static func verified(_ inbox: Inbox, key: String, offer: ResourceOffer, from peer: PeerID) -> ReceivedFile? {
-        guard let r = read(inbox, key: key), r.isOf(offer, from: peer) else { return nil }
+        guard let r = read(inbox, key: key, offer: offer), r.isOf(offer, from: peer) else { return nil }
         let file = AtomicFile.join(inbox.directory, r.name)
         guard r.holds(at: FileIdentity.wallClockNanoseconds()), let f = try? RegularFile.openIfRegular(file),
               (try? f.size()) == offer.size, let digest = try? SHA256Digest(),
               (try? f.readChunks(upTo: offer.size) { try digest.update($0) }) == offer.size,
               (try? digest.finish()) == offer.sha256 else {
-            remove(inbox, key: key)
+            remove(inbox, key: key, offer: offer)
             return nil
         }
         return ReceivedFile(path: file, name: r.name, size: offer.size, mediaType: offer.mediaType, sha256: offer.sha256)
     }
 
-    /// The record of the part with `key` is done with (it served its offer, or no longer holds).
-    static func remove(_ inbox: Inbox, key: String) {
-        _ = try? FileSystem.remove(path(inbox, key))
+    /// The record of `offer` is done with (it served its offer, or no longer holds).
+    static func remove(_ inbox: Inbox, key: String, offer: ResourceOffer) {
+        _ = try? FileSystem.remove(path(inbox, key, offer))
     }
 }
