@@ -240,6 +240,8 @@ final class NodeTransfers: Sendable {
             save()
             emit(.ended(waiting.transfer, reason: .cancelled, detail: "cancelled while waiting for the peer", byPeer: false))
         } else if let key, let c {
+            // (A DONE that comes just after this look makes the cancel as late, and harmless.)
+            if c.isSaving(key.resource) { throw .invalid("transfer", "\(id) arrived whole and is being saved: too late to cancel") }
             c.cancelResource(key.resource, reason: .cancelled, detail: "cancelled by a client")
         }
     }

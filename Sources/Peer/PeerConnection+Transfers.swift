@@ -46,6 +46,10 @@ extension PeerConnection {
         transfers { s in s.transfers.decline(id, reason: reason, detail: detail) }
     }
 
+    /// Whether the peer's resource `id` has every byte and is being verified and saved: too
+    /// late to cancel (`cancelResource` would change nothing).
+    public func isSaving(_ id: UInt32) -> Bool { state.withLock { $0.transfers.receiving[id]?.finishing == true } }
+
     /// Ends resource `id` (either way) from this side.
     public func cancelResource(_ id: UInt32, reason: Reason, detail: String) {
         transfers { s in s.transfers.cancel(id, reason: reason, detail: detail) }

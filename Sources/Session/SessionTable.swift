@@ -11,7 +11,9 @@ public typealias ConnectionID = UInt64
 /// exchanging anything. Of two connections dialled by the same side, the newer survives
 /// (the peer dials again only when it has given the older one up); the older is closed
 /// with `replaced`. A dialer registers its connection with the peer ID it means to reach
-/// (from discovery), so the rule applies from the first moment on both sides.
+/// (from discovery), so the rule applies from the first moment on both sides; a dial that
+/// would start after the peer's own connection was identified is not made (`dialing`): that
+/// connection carries the session.
 public struct SessionTable: Sendable {
     /// What the caller must do.
     public enum Action: Sendable, Hashable {
@@ -108,10 +110,19 @@ public struct SessionTable: Sendable {
     // MARK: connections
 
     /// This side is about to dial `peer` on `id`. Returns the reason not to (the peer is
-    /// connected already, it is this side, or the table is full), or nil to go ahead.
+    /// connected already or its own connection is here and identified: `duplicate`, wait
+    /// for that session; it is this side; the table is full), or nil to go ahead.
     public mutating func dialing(_ id: ConnectionID, to peer: PeerID) -> Reason? {
         if peer == localID { return .selfConnection }
         if reported[peer] != nil { return .duplicate }
+        // The peer dialled first and its connection is identified: it carries the session,
+        // its invitation accepted without asking. A dial made now would meet it in the
+        // tie-break only once identified itself, after that session may be up on either side,
+        // and replacing it would report the peer connected twice on both.
+        if entries.values.contains(where: { $0.peer == peer && !$0.dialledByUs && !$0.superseded }) {
+            wanted.insert(peer)
+            return .duplicate
+        }
         if isFull(for: peer) { return .full }
         serial += 1
         entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial)

@@ -296,6 +296,12 @@ import Testing
         #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
         let sent = try await b.node.sendResource(path: try Self.write(InboxTests.content(100_000), in: dir, "slow.bin"), to: [a.node.peerID])
         #expect(await gate.entered(), "the receiver got every byte and began to save")
+        let started = await a.wait("started") { if case .resource(.started(let t)) = $0 { !t.outgoing } else { false } }
+        guard case .resource(.started(let incoming))? = started else {
+            Issue.record("no incoming transfer")
+            return
+        }
+        #expect(throws: PeerError.self, "too late to cancel") { try a.node.cancel(resource: incoming.id) }
         _ = try await b.node.send(Array("meanwhile".utf8), to: [a.node.peerID], reliable: true)
         #expect(await a.wait("the message") { if case .messages(_, let ms) = $0 { ms.contains(Array("meanwhile".utf8)) } else { false } } != nil,
                 "a message waited for the save")
