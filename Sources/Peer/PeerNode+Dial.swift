@@ -27,15 +27,9 @@ extension PeerNode {
             return s.nextID
         }
         if let expected, let refusal = state.withLock({ $0.table.dialing(id, to: expected) }) {
-            // Connected already, or the peer dialled first and its connection brings the
-            // session: that session is what was asked for. Its invitation, if it waits for a
-            // client's answer, has it: this `connect`.
-            if refusal == .duplicate {
-                if let waiting = state.withLock({ s in s.invitations.first { $0.value.peer == expected }?.key }) {
-                    try? answer(invitation: waiting, accept: true)
-                }
-                return try await withCheckedThrowingContinuation { (k: Waiter) in awaitSession(with: expected, k) }
-            }
+            // Connected already (the peer dialled too, and its connection won): that session
+            // is what was asked for.
+            if refusal == .duplicate, let existing = session(with: expected) { return existing }
             throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
         }
         let addresses: [SocketAddress]
@@ -109,6 +103,11 @@ extension PeerNode {
     /// A dial that never got a connection leaves the table.
     private func abandonDial(_ id: UInt64) {
         state.withLock { $0.table.abandonDial(id) }
+    }
+
+    /// `peer`'s session, if it is up.
+    private func session(with peer: PeerID) -> PeerSummary? {
+        state.withLock { s in s.session(peer) }.flatMap(summary)
     }
 
     /// Resumes `k` with `peer`'s session: the one up now, or the one the peer's own connection

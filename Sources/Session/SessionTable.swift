@@ -11,9 +11,9 @@ public typealias ConnectionID = UInt64
 /// exchanging anything. Of two connections dialled by the same side, the newer survives
 /// (the peer dials again only when it has given the older one up); the older is closed
 /// with `replaced`. A dialer registers its connection with the peer ID it means to reach
-/// (from discovery), so the rule applies from the first moment on both sides; a dial that
-/// would start after the peer's own connection was identified is not made (`dialing`): that
-/// connection carries the session.
+/// (from discovery), so the rule applies from the first moment on both sides; a dial
+/// registered after the peer's connection was identified meets it at that connection's
+/// invitation (`invitation(on:)`).
 public struct SessionTable: Sendable {
     /// What the caller must do.
     public enum Action: Sendable, Hashable {
@@ -110,19 +110,10 @@ public struct SessionTable: Sendable {
     // MARK: connections
 
     /// This side is about to dial `peer` on `id`. Returns the reason not to (the peer is
-    /// connected already or its own connection is here and identified: `duplicate`, wait
-    /// for that session; it is this side; the table is full), or nil to go ahead.
+    /// connected already, it is this side, or the table is full), or nil to go ahead.
     public mutating func dialing(_ id: ConnectionID, to peer: PeerID) -> Reason? {
         if peer == localID { return .selfConnection }
         if reported[peer] != nil { return .duplicate }
-        // The peer dialled first and its connection is identified: it carries the session,
-        // its invitation accepted without asking. A dial made now would meet it in the
-        // tie-break only once identified itself, after that session may be up on either side,
-        // and replacing it would report the peer connected twice on both.
-        if entries.values.contains(where: { $0.peer == peer && !$0.dialledByUs && !$0.superseded }) {
-            wanted.insert(peer)
-            return .duplicate
-        }
         if isFull(for: peer) { return .full }
         serial += 1
         entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial)
@@ -198,6 +189,13 @@ public struct SessionTable: Sendable {
         guard let entry = entries[id], let peer = entry.peer else { return .decline(.protocolError) }
         if entry.superseded { return .decline(.duplicate) }
         if reported[peer] != nil { return .decline(.duplicate) }
+        // This side's own dial to the peer, registered after this connection was identified,
+        // wins the tie-break once identified itself (this side has the smaller ID): a session
+        // formed here meanwhile would be replaced then, the peer reported connected twice
+        // on both sides. Declined as the duplicate it is about to be, as the tie-break would.
+        if !entry.dialledByUs, localID < peer, entries.contains(where: { $0.key != id && $0.value.peer == peer && $0.value.dialledByUs && !$0.value.superseded }) {
+            return .decline(.duplicate)
+        }
         if isFull(for: peer) { return .decline(.full) }
         entries[id]?.admitted = true
         return wanted.contains(peer) || resumable.contains(peer) ? .accept : .ask

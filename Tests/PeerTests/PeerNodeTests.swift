@@ -173,25 +173,6 @@ import Testing
         b.node.stop()
     }
 
-    /// The peer's invitation reached this side and waits for a client's answer when this
-    /// side's own `connect` to that peer starts: the connect is the answer. One session,
-    /// whichever ID is smaller, the same on both ends, reported once on each; this side
-    /// makes no dial of its own (it would meet the peer's connection in the tie-break only
-    /// after that session could be up).
-    @Test(arguments: 0..<4)
-    func aConnectWhileThePeersInvitationWaitsIsItsAnswer(round: Int) async throws {
-        let a = try Node("a\(round)", accept: .ask), b = try Node("b\(round)")
-        defer { a.node.stop(); b.node.stop() }
-        let dial = Task { try await b.node.connect(to: try a.address, expected: a.node.peerID) }
-        #expect(await a.wait("invitation") { if case .invitation = $0 { true } else { false } } != nil)
-        let sab = try await a.node.connect(to: try b.address, expected: b.node.peerID)
-        let sba = try await dial.value
-        #expect(sab.peer == b.node.peerID && sba.peer == a.node.peerID)
-        #expect(sab.connection != 0 && sab.pairingCode == sba.pairingCode)
-        #expect(a.count(Self.isConnected) == 1 && b.count(Self.isConnected) == 1)
-        #expect(a.node.sessions.count == 1 && b.node.sessions.count == 1)
-    }
-
     @Test func aFullTableDeclinesWithFull() async throws {
         let a = try Node("hub", maxPeers: 1), b = try Node("b"), c = try Node("c")
         _ = try await b.node.connect(to: a.address)

@@ -97,34 +97,33 @@ import Testing
     }
 
     /// This side dials a peer whose own connection reached it first and is identified (the
-    /// peer's `connect` ran a moment earlier): whichever ID is smaller, the dial is not made
-    /// (`duplicate`: the node waits for that connection's session) and that connection's
-    /// invitation is accepted without asking; each side reports the peer connected once.
-    /// Dialled anyway, the dial met that connection in the tie-break only once it was
-    /// identified itself, and replaced a session that was up by then: `connected` twice.
+    /// peer's `connect` ran a moment earlier), before that connection's invitation: the
+    /// connection dialled by the smaller ID carries the session all the same, and each side
+    /// reports the peer connected once. With this side the smaller, the peer's invitation is
+    /// declined as the duplicate its connection is about to be (accepted, it made a session
+    /// that this side's dial replaced once identified: `connected` twice on both sides).
     @Test(arguments: [false, true])
-    func aDialAfterThePeersOwnConnectionWasIdentifiedWaitsForIt(localIsSmaller: Bool) {
+    func aDialAfterThePeersOwnConnectionWasIdentifiedStillMakesOneSession(localIsSmaller: Bool) {
         let (me, peer) = localIsSmaller ? (Self.low, Self.high) : (Self.high, Self.low)
         var t = SessionTable(localID: me)
         t.accepted(5)
         #expect(t.identified(5, as: peer).isEmpty)
-        #expect(t.dialing(6, to: peer) == .duplicate)
-        #expect(t.invitation(on: 5) == .accept)
-        var reports = t.connected(5)
-        // Had the dial gone ahead, it would be identified now: nothing more may happen.
-        reports += t.identified(6, as: peer)
-        #expect(reports == [.peerConnected(peer, 5)])
-        #expect(t.connection(for: peer) == 5)
-        // The peer's side has its own dial alone: connected once there too.
-        var other = SessionTable(localID: peer)
-        #expect(other.dialing(7, to: me) == nil)
-        #expect(other.identified(7, as: me).isEmpty)
-        #expect(other.connected(7) == [.peerConnected(me, 7)])
-        // An incoming connection not identified yet is no reason not to dial: the tie-break
-        // meets them once it is (`aDialRegisteredBeforeItsSocketTakesPartInTheTieBreak`).
-        var u = SessionTable(localID: me)
-        u.accepted(8)
-        #expect(u.dialing(9, to: peer) == nil)
+        #expect(t.dialing(6, to: peer) == nil)
+        var reports: [SessionTable.Action] = []
+        if localIsSmaller {
+            #expect(t.invitation(on: 5) == .decline(.duplicate))
+            reports += t.identified(6, as: peer)
+            #expect(reports == [.close(5, .duplicate)])
+            reports += t.connected(6)
+            #expect(t.connection(for: peer) == 6)
+        } else {
+            #expect(t.invitation(on: 5) == .ask)
+            reports += t.connected(5)
+            reports += t.identified(6, as: peer)
+            #expect(t.connection(for: peer) == 5, "this side's dial lost: the session stays")
+        }
+        #expect(reports.filter { if case .peerConnected = $0 { true } else { false } }.count == 1, "\(reports)")
+        #expect(!reports.contains { if case .peerDisconnected = $0 { true } else { false } }, "\(reports)")
     }
 
     @Test func anInvitationIsAskedUnlessThisSideWasInvitingToo() {
