@@ -535,6 +535,7 @@ public final class PeerNode: Sendable {
             guard let self else { return }
             let expired = self.state.withLock { s -> [Waiter] in
                 guard s.table.connection(for: peer) == nil, let ks = s.movedWaiters.removeValue(forKey: peer) else { return [] }
+                s.table.stopWanting(peer)
                 return ks
             }
             for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }

@@ -221,6 +221,11 @@ public struct SessionTable: Sendable {
     public mutating func closed(_ id: ConnectionID, reason: Reason, now: ContinuousClock.Instant, random: Double) -> [Action] {
         guard let entry = entries.removeValue(forKey: id) else { return [] }
         var out: [Action] = []
+        // The last connection with a peer this side wanted is gone without a session: a
+        // later invitation of that peer is answered by the policy again, not accepted.
+        if let p = entry.peer, reported[p] == nil, !entries.values.contains(where: { $0.peer == p && !$0.superseded }) {
+            wanted.remove(p)
+        }
         let peer = entry.superseded ? nil : entry.peer
         if let peer, reported[peer] == id {
             reported[peer] = nil
@@ -266,6 +271,13 @@ public struct SessionTable: Sendable {
     /// closed ours as the duplicate before this side saw its rival): its invitation is
     /// accepted without asking.
     public mutating func want(_ peer: PeerID) { wanted.insert(peer) }
+
+    /// The wait for `peer`'s own connection (after `want`) is over without one: its later
+    /// invitations are answered by the policy again.
+    public mutating func stopWanting(_ peer: PeerID) {
+        guard reported[peer] == nil, !entries.values.contains(where: { $0.peer == peer && !$0.superseded }) else { return }
+        wanted.remove(peer)
+    }
 
     // MARK: trust
 

@@ -126,6 +126,39 @@ import Testing
         #expect(!reports.contains { if case .peerDisconnected = $0 { true } else { false } }, "\(reports)")
     }
 
+    /// A peer this side wanted (its own dial lost the tie-break, or the peer said its
+    /// connection carries the session) is accepted without asking only while that wish can
+    /// come true: once its last connection ended without a session, or the wait for its
+    /// connection gave up, its next invitation is asked again (else a peer dialled once
+    /// could later come in past `accept = ask` or `none`).
+    @Test func aWishThatCannotComeTrueIsForgotten() {
+        // high dials low; low's dial wins; then low's connection fails before its session.
+        var t = SessionTable(localID: Self.high)
+        #expect(t.dialing(1, to: Self.low) == nil)
+        t.accepted(2)
+        #expect(t.identified(2, as: Self.low) == [.close(1, .duplicate)])
+        _ = t.closed(1, reason: .duplicate, now: Self.t0, random: 0.5)
+        #expect(t.invitation(on: 2) == .accept, "wanted while low's connection lives")
+        _ = t.closed(2, reason: .timeout, now: Self.t0, random: 0.5)
+        t.accepted(3)
+        #expect(t.identified(3, as: Self.low).isEmpty)
+        #expect(t.invitation(on: 3) == .ask, "its last connection ended without a session")
+
+        // The peer closed this side's dial as its duplicate and never came: the wait ends.
+        var u = SessionTable(localID: Self.high)
+        #expect(u.dialing(1, to: Self.low) == nil)
+        _ = u.closed(1, reason: .duplicate, now: Self.t0, random: 0.5)
+        u.want(Self.low)
+        u.stopWanting(Self.low)
+        u.accepted(2)
+        #expect(u.identified(2, as: Self.low).isEmpty)
+        #expect(u.invitation(on: 2) == .ask)
+        // While the peer's connection is here, giving up the wait forgets nothing.
+        u.want(Self.low)
+        u.stopWanting(Self.low)
+        #expect(u.invitation(on: 2) == .accept)
+    }
+
     @Test func anInvitationIsAskedUnlessThisSideWasInvitingToo() {
         var t = SessionTable(localID: Self.low)
         t.accepted(5)
