@@ -76,6 +76,8 @@ public final class Inbox: @unchecked Sendable {
     /// resumes when they meet again within this time; older parts are removed when the inbox
     /// is opened (the daemon's start), so an abandoned transfer does not hold the disk for ever.
     public static let partRetention: Duration = .seconds(30 * 24 * 3600)
+    /// `partRetention` in nanoseconds, as file times are.
+    static let partRetentionNanoseconds = Int64(partRetention.components.seconds) * 1_000_000_000
 
     /// Opens (and makes, mode 0700) the inbox and its part directory, and removes the parts
     /// last written more than `partRetention` before `now` (`removedParts` says how many) and
@@ -110,7 +112,7 @@ public final class Inbox: @unchecked Sendable {
     /// (`SavedResource`); returns how many parts. A part it cannot read is left.
     private static func removeStaleParts(in partDirectory: String, now: Int64) -> Int {
         guard let names = try? FileSystem.names(in: partDirectory) else { return 0 }
-        let limit = now - Int64(partRetention.components.seconds) * 1_000_000_000
+        let limit = now - partRetentionNanoseconds
         var newest: [String: Int64] = [:]
         for name in names {
             guard let dot = name.lastIndex(of: "."), [".data", ".state", ".saved"].contains(String(name[dot...])) else { continue }

@@ -32,8 +32,8 @@ import TLS
 /// and what a turn delivers after the lock may write to disk (the trust store when a session
 /// comes up, the transfer journal when a resource ends): the reactor must not wait for
 /// either, so reads are not inline while either may happen (resources) or happens (a
-/// delivery under way, counted from before the turn's lock: `turn`). A peer's offer read inline has its inbox's free space checked off
-/// the reactor (`NodeTransfers.offered`).
+/// delivery under way, counted from before the turn's lock: `turn`). A peer's offer read
+/// inline has its inbox's free space checked off the reactor (`NodeTransfers.offered`).
 public final class PeerConnection: Sendable {
     /// A number for logs and the control protocol.
     public let id: UInt64

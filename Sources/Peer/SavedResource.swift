@@ -3,15 +3,16 @@ import SystemKit
 import TLS
 
 /// The record of a resource received whole, kept beside the parts
-/// (`<inbox>/.part/<key>-<name hash>.saved`, one per offered name), so that the same resource offered again by the same peer
-/// under the same name is answered as complete instead of being received twice: its sender
+/// (`<inbox>/.part/<key>-<name hash>.saved`, one per offered name), so that the same
+/// resource offered again by the same peer under the same name is answered as complete
+/// instead of being received twice: its sender
 /// never heard the confirmation (the session ended while the file was being saved, or
 /// before the confirmation arrived) and offers it again on the next session. A record
 /// serves one such offer, within `Inbox.partRetention` of the save, and only while the file
 /// it names is still in the inbox with the offered size and SHA-256 (read again: a file's
 /// times prove nothing where they can be set back). Another name, other content or another
 /// peer is another file, as before.
-struct SavedResource: Equatable {
+struct SavedResource {
     /// The file's name in the inbox.
     let name: String
     /// The sender's peer ID in hex, all of it (the part's key carries a prefix only).
@@ -59,18 +60,17 @@ struct SavedResource: Equatable {
     /// Whether the record may still answer an offer at `now`: within `Inbox.partRetention`
     /// of the save, naming a file directly in the inbox.
     private func holds(at now: Int64) -> Bool {
-        let retention = Int64(Inbox.partRetention.components.seconds) * 1_000_000_000
         // (A record is read from the disk: any time in it must not trap.)
         let (age, overflow) = now.subtractingReportingOverflow(savedAt)
-        return !overflow && age < retention && !name.isEmpty && !name.contains("/") && name != "." && name != ".."
+        return !overflow && age < Inbox.partRetentionNanoseconds && !name.isEmpty && !name.contains("/") && name != "." && name != ".."
     }
 
     /// The record of the part with `key`, when it says `offer` from `peer` was saved within
-    /// `Inbox.partRetention` before `now`. The file is not looked at (cheap: `Inbox.check`
-    /// asks before anyone is asked about an offer).
-    static func matching(_ inbox: Inbox, key: String, offer: ResourceOffer, from peer: PeerID,
-                         now: Int64 = FileIdentity.wallClockNanoseconds()) -> SavedResource? {
-        guard let r = read(inbox, key: key, offer: offer), r.isOf(offer, from: peer), r.holds(at: now) else { return nil }
+    /// `Inbox.partRetention`. The file is not looked at (cheap: `Inbox.check` asks before
+    /// anyone is asked about an offer).
+    static func matching(_ inbox: Inbox, key: String, offer: ResourceOffer, from peer: PeerID) -> SavedResource? {
+        guard let r = read(inbox, key: key, offer: offer), r.isOf(offer, from: peer),
+              r.holds(at: FileIdentity.wallClockNanoseconds()) else { return nil }
         return r
     }
 

@@ -221,11 +221,8 @@ public struct SessionTable: Sendable {
     public mutating func closed(_ id: ConnectionID, reason: Reason, now: ContinuousClock.Instant, random: Double) -> [Action] {
         guard let entry = entries.removeValue(forKey: id) else { return [] }
         var out: [Action] = []
-        // The last connection with a peer this side wanted is gone without a session: a
-        // later invitation of that peer is answered by the policy again, not accepted.
-        if let p = entry.peer, reported[p] == nil, !entries.values.contains(where: { $0.peer == p && !$0.superseded }) {
-            wanted.remove(p)
-        }
+        // The last connection with a peer this side wanted may be gone without a session.
+        if let p = entry.peer { stopWanting(p) }
         let peer = entry.superseded ? nil : entry.peer
         if let peer, reported[peer] == id {
             reported[peer] = nil
@@ -233,7 +230,7 @@ public struct SessionTable: Sendable {
         }
         // A connection that lost the tie-break is not a failure: the survivor carries on.
         guard let peer, reason != .duplicate, reason != .replaced, let failures = trusted[peer] else { return out }
-        guard reported[peer] == nil, !entries.values.contains(where: { $0.peer == peer && !$0.superseded }) else { return out }
+        guard reported[peer] == nil, !hasLiveConnection(to: peer) else { return out }
         // A session that ends by a user's choice (or the daemon stopping) is not redialled.
         if [Reason.normal, .declined, .shuttingDown, .cancelled].contains(reason) {
             resumable.remove(peer)
@@ -245,7 +242,7 @@ public struct SessionTable: Sendable {
     /// Whether a redial of `peer` due now should go ahead: it is still trusted and has no
     /// session or connection (the peer may have dialled this side meanwhile).
     public func shouldRedial(_ peer: PeerID) -> Bool {
-        trusted[peer] != nil && reported[peer] == nil && !entries.values.contains { $0.peer == peer && !$0.superseded }
+        trusted[peer] != nil && reported[peer] == nil && !hasLiveConnection(to: peer)
     }
 
     /// A redial of `peer` failed before any connection existed (no address known, the TCP
@@ -272,11 +269,17 @@ public struct SessionTable: Sendable {
     /// accepted without asking.
     public mutating func want(_ peer: PeerID) { wanted.insert(peer) }
 
-    /// The wait for `peer`'s own connection (after `want`) is over without one: its later
-    /// invitations are answered by the policy again.
+    /// The wait for `peer`'s own connection (after `want`) is over, or one of its connections
+    /// ended: with no session and no connection left, its later invitations are answered by
+    /// the policy again, not accepted.
     public mutating func stopWanting(_ peer: PeerID) {
-        guard reported[peer] == nil, !entries.values.contains(where: { $0.peer == peer && !$0.superseded }) else { return }
+        guard reported[peer] == nil, !hasLiveConnection(to: peer) else { return }
         wanted.remove(peer)
+    }
+
+    /// Whether a connection with `peer` is in progress or up (not one that lost a tie-break).
+    private func hasLiveConnection(to peer: PeerID) -> Bool {
+        entries.values.contains { $0.peer == peer && !$0.superseded }
     }
 
     // MARK: trust
