@@ -22,6 +22,9 @@ extension PeerNode {
         // resolving and connecting (which may take long on a loaded machine): the peer's own
         // dial, arriving meanwhile, then meets it, instead of forming a session this dial
         // would replace once it got through.
+        // The peer invited this side first and waits for an answer: this call is that answer,
+        // and the peer's connection carries the session (a dial of ours would only race it).
+        if let expected, let session = try await acceptingWaitingInvitation(from: expected) { return session }
         let id = state.withLock { s -> UInt64 in
             defer { s.nextID += 1 }
             return s.nextID
@@ -52,6 +55,29 @@ extension PeerNode {
         abandonDial(id)
         throw PeerError.unreachable(target.description, "\(lastError)")
     }
+
+    /// Accepts `peer`'s invitation that waits for a client's answer and waits for the session
+    /// it brings; nil when none waits (the caller dials). `context` is not sent then: the
+    /// peer's invitation, with its own context, is the one both sides answered.
+    private func acceptingWaitingInvitation(from peer: PeerID) async throws -> PeerSummary? {
+        guard state.withLock({ waitingInvitation(from: peer, $0) != nil }) else { return nil }
+        do {
+            return try await withCheckedThrowingContinuation { (k: Waiter) in
+                // Checked again in the step that parks `k` (and answers the invitation): it may
+                // have ended, or been answered by a client, since.
+                let parked = state.withLock { s -> Bool in
+                    guard s.session(peer) == nil, waitingInvitation(from: peer, s) != nil else { return false }
+                    moveWaiter(k, to: peer, &s)
+                    return true
+                }
+                if !parked { k.resume(throwing: NoWaitingInvitation()) }  // dial (or find the session) as usual
+            }
+        } catch is NoWaitingInvitation {
+            return nil
+        }
+    }
+
+    private struct NoWaitingInvitation: Error {}
 
     /// A TCP connect that failed: `connect` tries the next address.
     private struct ConnectFailed: Error { let error: any Error }

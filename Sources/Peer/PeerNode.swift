@@ -527,9 +527,14 @@ public final class PeerNode: Sendable {
     }
 
     /// Parks a `connect` call until `peer`'s session is up on another connection; it fails
-    /// if none comes within the invitation time.
+    /// if none comes within the invitation time. The peer's invitation, if one waits for a
+    /// client's answer, has it now: this `connect` (`acceptWaitingInvitation`). Without that
+    /// the peer's connection, which carries the session, waited for a client that need not
+    /// answer (both sides invited at once under `accept = ask`), and both calls failed when
+    /// the invitation timed out.
     func moveWaiter(_ k: Waiter, to peer: PeerID, _ s: inout State) {
         s.movedWaiters[peer, default: []].append(k)
+        acceptWaitingInvitation(from: peer, &s)
         let limit = Self.movedWaiterLimit
         queue.asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds))) { [weak self] in
             guard let self else { return }
@@ -540,6 +545,23 @@ public final class PeerNode: Sendable {
             }
             for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
         }
+    }
+
+    /// The connection whose invitation from `peer` waits for a client's answer, if any.
+    func waitingInvitation(from peer: PeerID, _ s: State) -> PeerConnection? {
+        s.invitations.first { $0.value.peer == peer }.flatMap { s.connections[$0.key] }
+    }
+
+    /// A `connect` to `peer` answers its waiting invitation: accepted, as `answer` would (or
+    /// declined `full` when the table has filled meanwhile). The answer is only queued on the
+    /// connection (`input`), so this runs under the node's lock, in the same step that parks
+    /// the `connect`: whatever the connection does next finds it waiting.
+    private func acceptWaitingInvitation(from peer: PeerID, _ s: inout State) {
+        guard let c = waitingInvitation(from: peer, s) else { return }
+        s.invitations[c.id] = nil
+        let (logger, id) = (logger, c.id)
+        queue.async { logger.info("a connect answers the peer's waiting invitation", ["peer.id": peer.shortText, "peer.connection": "\(id)"]) }
+        c.input(s.table.isFull(for: peer) ? .decline(.full) : .accept)
     }
 
     func summary(_ c: PeerConnection) -> PeerSummary? {

@@ -173,6 +173,37 @@ import Testing
         b.node.stop()
     }
 
+    /// Both sides invite each other under `accept = ask`, one after the other: the second
+    /// `connect` finds the first's invitation waiting for an answer and is that answer. One
+    /// session, both calls return it, nobody else asked. Both ID orders; the peer known (its
+    /// invitation accepted, no second connection) or only its address (the dial meets the
+    /// invitation's connection in the tie-break: the larger side's dial loses, and answers
+    /// the invitation then; the smaller side's wins, and the invitation's connection closes).
+    /// Without the answer the larger side's second `connect` waited for a client, and both
+    /// failed when the invitation timed out.
+    @Test(arguments: [(true, true), (true, false), (false, true), (false, false)])
+    func aConnectAnswersThePeersWaitingInvitation(known: Bool, secondIsSmaller: Bool) async throws {
+        let x = try Node("x", accept: .ask), y = try Node("y", accept: .ask)
+        let (first, second) = (x.node.peerID < y.node.peerID) == secondIsSmaller ? (y, x) : (x, y)
+        let dial = Task { try await first.node.connect(to: try second.address, context: [7], timeout: .seconds(8), expected: second.node.peerID) }
+        guard await second.wait("invitation", Self.isInvitation) != nil else {
+            Issue.record("the first connect's invitation never reached the other side")
+            return
+        }
+        let s2 = try await second.node.connect(to: try first.address, timeout: .seconds(8), expected: known ? first.node.peerID : nil)
+        let s1 = try await dial.value
+        #expect(s1.peer == second.node.peerID && s2.peer == first.node.peerID)
+        #expect(s1.pairingCode != nil && s1.pairingCode == s2.pairingCode, "one session: the same pairing code")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(first.count(Self.isConnected) == 1 && second.count(Self.isConnected) == 1)
+        #expect(second.node.pendingInvitations.isEmpty && first.count(Self.isInvitation) == 0)
+        #expect(first.node.sessions.count == 1 && second.node.sessions.count == 1)
+        x.node.stop()
+        y.node.stop()
+    }
+
+    static func isInvitation(_ e: PeerEvent) -> Bool { if case .invitation = e { true } else { false } }
+
     @Test func aFullTableDeclinesWithFull() async throws {
         let a = try Node("hub", maxPeers: 1), b = try Node("b"), c = try Node("c")
         _ = try await b.node.connect(to: a.address)
