@@ -65,12 +65,21 @@ extension PeerNode {
             return try await withCheckedThrowingContinuation { (k: Waiter) in
                 // Checked again in the step that parks `k` (and answers the invitation): it may
                 // have ended, or been answered by a client, since.
-                let parked = state.withLock { s -> Bool in
+                // (`stop` meanwhile: the connection is closing, its accept must not race that.)
+                let parked = state.withLock { s -> Bool? in
+                    if s.stopped { return nil }
                     guard s.session(peer) == nil, waitingInvitation(from: peer, s) != nil else { return false }
+                    // Wanted, as a dial that lost would be: should this connection give way to
+                    // another of the peer's (it dialled again), that one's invitation is accepted too.
+                    s.table.want(peer)
                     moveWaiter(k, to: peer, &s)
                     return true
                 }
-                if !parked { k.resume(throwing: NoWaitingInvitation()) }  // dial (or find the session) as usual
+                switch parked {
+                case nil: k.resume(throwing: PeerError.stopped)
+                case false?: k.resume(throwing: NoWaitingInvitation())  // dial (or find the session) as usual
+                case true?: break
+                }
             }
         } catch is NoWaitingInvitation {
             return nil

@@ -483,8 +483,14 @@ public final class PeerNode: Sendable {
         case .none: c.input(.decline(.declined))
         case .trusted where invitation.trusted: c.input(.accept)
         case .trusted, .ask:
-            state.withLock { $0.invitations[c.id] = invitation }
-            onEvent(.invitation(invitation))
+            // A `connect` of ours parked for this peer's session (its dial lost the tie-break
+            // since the table's answer above) is the answer; otherwise a client is asked.
+            let answered = state.withLock { s -> Bool in
+                if s.movedWaiters[hello.peerID]?.isEmpty == false { return true }
+                s.invitations[c.id] = invitation
+                return false
+            }
+            if answered { c.input(.accept) } else { onEvent(.invitation(invitation)) }
         }
     }
 
@@ -547,9 +553,10 @@ public final class PeerNode: Sendable {
         }
     }
 
-    /// The connection whose invitation from `peer` waits for a client's answer, if any.
+    /// The connection whose invitation from `peer` waits for a client's answer, if any (not
+    /// one that lost the tie-break and is closing: its answer would go nowhere).
     func waitingInvitation(from peer: PeerID, _ s: State) -> PeerConnection? {
-        s.invitations.first { $0.value.peer == peer }.flatMap { s.connections[$0.key] }
+        s.invitations.first { $0.value.peer == peer && !s.table.isSuperseded($0.key) }.flatMap { s.connections[$0.key] }
     }
 
     /// A `connect` to `peer` answers its waiting invitation: accepted, as `answer` would (or
@@ -557,7 +564,7 @@ public final class PeerNode: Sendable {
     /// connection (`input`), so this runs under the node's lock, in the same step that parks
     /// the `connect`: whatever the connection does next finds it waiting.
     private func acceptWaitingInvitation(from peer: PeerID, _ s: inout State) {
-        guard let c = waitingInvitation(from: peer, s) else { return }
+        guard !s.stopped, let c = waitingInvitation(from: peer, s) else { return }
         s.invitations[c.id] = nil
         let (logger, id) = (logger, c.id)
         queue.async { logger.info("a connect answers the peer's waiting invitation", ["peer.id": peer.shortText, "peer.connection": "\(id)"]) }
