@@ -120,7 +120,7 @@ enum PeerCommands {
         abstract: "List the trusted peers.",
         action: .call(request: { _ throws(CLIError) in RPCCall(method: ControlMethod.peerTrusted) }, render: { r in
             let list = r["peers"]?.arrayValue ?? []
-            return list.isEmpty ? "no trusted peers" : list.map { "\($0["peer_text"]?.stringValue ?? "?") \($0["name"]?.stringValue ?? "")" }.joined(separator: "\n")
+            return list.isEmpty ? "no trusted peers" : list.map { "\($0["peer_text"]?.stringValue ?? "?") \($0["name"]?.stringValue ?? "")\($0["address"]?.stringValue.map { " (dialled at \($0) after a restart)" } ?? "")" }.joined(separator: "\n")
         }))
 
     static func renderSession(_ s: JSONValue) -> String {

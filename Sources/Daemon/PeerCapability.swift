@@ -77,6 +77,8 @@ final class PeerCapability: DaemonCapability {
         state.withLock { $0 = (node, trust, context) }
         let discovery = PeerDiscovery(dnssd: dnssd, node: node, logger: logger)
         node.setAddressSource { [weak discovery] peer in discovery?.addresses(for: peer) ?? [] }
+        // Sessions this board had with trusted peers come back after its restart.
+        node.dialTrustedPeersAtStart()
         registerDiscovery(context, node, discovery)
 
         context.register(ControlMethod.peerIdentity) { p, _ throws(RPCError) in
@@ -163,6 +165,8 @@ final class PeerCapability: DaemonCapability {
                 var o = Self.json(e.peer)
                 o["name"] = .string(e.name)
                 o["since"] = .int(e.since)
+                // Where a dial of this board last reached it: dialled there after a restart.
+                if let a = e.address { o["address"] = .string(a.description) }
                 return .object(o)
             })]
         }

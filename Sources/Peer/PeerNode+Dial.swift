@@ -180,6 +180,8 @@ extension PeerNode {
     /// Redials `peer` at `at` (the table's backoff): its last address first, then what
     /// discovery knows. An attempt that reaches no one reports back so the next is scheduled.
     func scheduleRedial(_ peer: PeerID, at: ContinuousClock.Instant, attempt: Int) {
+        // (This node stopping closed the session: nothing to redial, nothing to announce.)
+        guard !state.withLock({ $0.stopped }) else { return }
         let delay = ContinuousClock.now.duration(to: at)
         logger.info("redialling a trusted peer", ["peer.id": peer.shortText, "attempt": "\(attempt)", "in": "\(delay)"])
         onEvent(.reconnecting(peer, attempt: attempt, after: max(delay, .zero)))

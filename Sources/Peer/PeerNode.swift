@@ -79,7 +79,10 @@ public final class PeerNode: Sendable {
         self.onEvent = onEvent
         var table = SessionTable(localID: id, maxPeers: config.maxPeers)
         for entry in trust.all { table.trust(entry.peer) }
-        state = Mutex(State(table: table))
+        var initial = State(table: table)
+        // Where this board reached its trusted peers before it stopped: dialled again at start.
+        for entry in trust.all { initial.lastReached[entry.peer] = entry.address }
+        state = Mutex(initial)
         let outbox: Outbox?
         do {
             outbox = try config.outboxDirectory.map { try Outbox(directory: $0) }
@@ -103,7 +106,12 @@ public final class PeerNode: Sendable {
     @discardableResult
     public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) throws(TrustStoreError) -> Bool {
         let changed = trusted ? try trust.trust(peer, name: name) : try trust.forget(peer)
-        state.withLock { trusted ? $0.table.trust(peer) : $0.table.distrust(peer) }
+        let reached = state.withLock { s -> HostPort? in
+            trusted ? s.table.trust(peer) : s.table.distrust(peer)
+            return s.lastReached[peer]
+        }
+        // Trusted while (or after) a dial of ours reached it: dialled there after a restart.
+        if trusted, let reached { try trust.setAddress(peer, reached) }
         return changed
     }
 
@@ -446,11 +454,13 @@ public final class PeerNode: Sendable {
                         logger.warning("a peer accepted on connect is not trusted for next time", ["peer": peer.text, "error": "\(error)"])
                     }
                 }
-                let waiters = state.withLock { s -> [Waiter] in
+                let (waiters, target) = state.withLock { s -> ([Waiter], HostPort?) in
                     s.invitations[id] = nil
-                    if let target = s.dialTargets[id] { s.lastReached[peer] = target }
-                    return (s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? [])
+                    let target = s.dialTargets[id]
+                    if let target { s.lastReached[peer] = target }
+                    return ((s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? []), target)
                 }
+                if let target { rememberAddress(target, of: peer) }
                 logger.info("peer session connected", ["peer.id": peer.shortText, "peer.name": summary.displayName,
                                                         "remote": "\(summary.remote)", "encrypted": "\(summary.encrypted)"])
                 onEvent(.connected(summary))
@@ -496,7 +506,7 @@ public final class PeerNode: Sendable {
 
     private func disconnected(_ c: PeerConnection, _ reason: Reason, _ detail: String, _ byPeer: Bool) {
         let hello = c.snapshot.hello
-        let (actions, waiters, invitation, superseded) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool) in
+        let (actions, waiters, invitation, superseded, verifiedPeer) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool, PeerID?) in
             s.connections[c.id] = nil
             s.dialTargets[c.id] = nil
             let peer = s.verified.removeValue(forKey: c.id)
@@ -517,9 +527,12 @@ public final class PeerNode: Sendable {
                 waiters += s.movedWaiters.removeValue(forKey: peer) ?? []
             }
             let superseded = reason == .duplicate || reason == .replaced
-            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded)
+            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded, peer)
         }
         let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
+        // A session (or our invitation) ended by a user's choice, on either side: the peer is
+        // not dialled after a restart either.
+        if let verifiedPeer, wasSession || reason == .declined, SessionTable.endsByChoice(reason) { rememberAddress(nil, of: verifiedPeer) }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
                                   reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
         if wasSession {
@@ -551,6 +564,28 @@ public final class PeerNode: Sendable {
             }
             for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
         }
+    }
+
+    /// Records where a dial of ours reached trusted `peer` (nil: forgets it) in the trust
+    /// store, so a restarted daemon dials it there; an untrusted peer's is not kept. A
+    /// store that cannot be written is logged: the session is not worse for it.
+    private func rememberAddress(_ address: HostPort?, of peer: PeerID) {
+        do {
+            try trust.setAddress(peer, address)
+        } catch {
+            logger.warning("where a trusted peer was reached is not kept for a restart", ["peer.id": peer.shortText, "error": "\(error)"])
+        }
+    }
+
+    /// Dials the trusted peers a dial of ours reached before this node stopped (the trust
+    /// store keeps where), as after a drop (`SessionTable.dialAtStart`): a session cut by a
+    /// restart or a reboot comes back by itself, whichever side dialled it (the other side
+    /// redials a peer that stopped, if it knows where). The daemon calls it once at start,
+    /// listening or not (a board that only dials is the one that must).
+    public func dialTrustedPeersAtStart() {
+        let peers = trust.all.filter { $0.address != nil }.map(\.peer)
+        guard !peers.isEmpty else { return }
+        apply(state.withLock { $0.table.dialAtStart(peers, now: .now, random: { Double.random(in: 0...1) }) })
     }
 
     /// The connection whose invitation from `peer` waits for a client's answer, if any (not

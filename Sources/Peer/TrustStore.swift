@@ -6,7 +6,10 @@ import SystemKit
 
 /// The peers this board trusts (their IDs pinned: a peer ID is its certificate's SHA-256, so
 /// a trusted ID cannot be claimed with another certificate), kept in a JSON file written
-/// atomically: `{"peers": [{"id": "<64 hex>", "name": "...", "since": <unix seconds>}]}`.
+/// atomically: `{"peers": [{"id": "<64 hex>", "name": "...", "since": <unix seconds>,
+/// "address": "HOST:PORT"}]}`. `address` is where a dial of this board last reached the
+/// peer while it was trusted: a restarted daemon dials it there again, so a session (and a
+/// transfer cut by the restart) comes back by itself.
 public final class TrustStore: Sendable {
     /// One trusted peer.
     public struct Entry: Sendable, Hashable {
@@ -16,6 +19,9 @@ public final class TrustStore: Sendable {
         public let name: String
         /// When it was trusted (seconds since 1970).
         public let since: Int64
+        /// Where a dial of this board last reached it while trusted (nil: never, or its last
+        /// session was ended by a choice: it is not dialled after a restart).
+        public var address: HostPort?
     }
 
     /// The file (nil: in memory only).
@@ -35,7 +41,13 @@ public final class TrustStore: Sendable {
                 guard let id = PeerID(hex: p.id) else {
                     throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].id is not 64 hex digits")
                 }
-                loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0)
+                var address: HostPort?
+                if let text = p.address {
+                    do { address = try HostPort(text) } catch {
+                        throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].address is not HOST:PORT: \(error)")
+                    }
+                }
+                loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0, address: address)
             }
         }
         entries = Mutex(loaded)
@@ -54,6 +66,18 @@ public final class TrustStore: Sendable {
         try change { e in
             if e[peer] != nil { return false }
             e[peer] = Entry(peer: peer, name: name, since: Int64(Date().timeIntervalSince1970))
+            return true
+        }
+    }
+
+    /// Records where `peer` was reached (nil: forgets it), saved at once; false when `peer` is
+    /// not trusted or the address is the one recorded. Throws as `trust` does, the store
+    /// unchanged.
+    @discardableResult
+    public func setAddress(_ peer: PeerID, _ address: HostPort?) throws(TrustStoreError) -> Bool {
+        try change { e in
+            guard let old = e[peer], old.address != address else { return false }
+            e[peer]?.address = address
             return true
         }
     }
@@ -79,7 +103,7 @@ public final class TrustStore: Sendable {
 
     private static func save(_ entries: [PeerID: Entry], to path: String) throws(TrustStoreError) {
         let sorted = entries.values.sorted { ($0.name, $0.peer.text) < ($1.name, $1.peer.text) }
-        let file = StoredFile(peers: sorted.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since) })
+        let file = StoredFile(peers: sorted.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since, address: $0.address?.description) })
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -99,7 +123,8 @@ public struct TrustStoreError: Error, CustomStringConvertible, Sendable {
     public var description: String { "cannot save the trusted peers to \(path): \(reason); nothing changed" }
 }
 
-/// The file's shape (`name` and `since` may be missing in a file written by hand).
+/// The file's shape (`name`, `since` and `address` may be missing: a file written by hand, or
+/// by a version before addresses were kept).
 private struct StoredFile: Codable {
     var peers: [StoredPeer]
 }
@@ -108,4 +133,5 @@ private struct StoredPeer: Codable {
     var id: String
     var name: String?
     var since: Int64?
+    var address: String?
 }

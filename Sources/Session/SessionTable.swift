@@ -231,12 +231,31 @@ public struct SessionTable: Sendable {
         // A connection that lost the tie-break is not a failure: the survivor carries on.
         guard let peer, reason != .duplicate, reason != .replaced, let failures = trusted[peer] else { return out }
         guard reported[peer] == nil, !hasLiveConnection(to: peer) else { return out }
-        // A session that ends by a user's choice (or the daemon stopping) is not redialled.
-        if [Reason.normal, .declined, .shuttingDown, .cancelled].contains(reason) {
+        // A session that ends by a user's choice is not redialled. One whose peer's daemon
+        // stopped is (a restart or a reboot: it comes back); this side's own stop dials nobody.
+        if Self.endsByChoice(reason) {
             resumable.remove(peer)
             return out
         }
         return out + scheduleRedial(peer, failures: failures, now: now, random: random)
+    }
+
+    /// Whether a connection that ended for `reason` ended by a user's choice (on either
+    /// side): its trusted peer is not redialled, now or after a restart.
+    public static func endsByChoice(_ reason: Reason) -> Bool {
+        reason == .normal || reason == .declined || reason == .cancelled
+    }
+
+    /// This side has just started: each of `peers` (trusted, where a dial of this side last
+    /// reached it before the restart) is dialled again as after a drop, from the first
+    /// attempt, its invitations accepted without asking meanwhile. A session cut by this
+    /// side's restart or a reboot then comes back by itself, whichever side dialled it.
+    public mutating func dialAtStart(_ peers: [PeerID], now: ContinuousClock.Instant, random: () -> Double) -> [Action] {
+        var out: [Action] = []
+        for peer in peers where trusted[peer] != nil && shouldRedial(peer) {
+            out += scheduleRedial(peer, failures: 0, now: now, random: random())
+        }
+        return out
     }
 
     /// Whether a redial of `peer` due now should go ahead: it is still trusted and has no

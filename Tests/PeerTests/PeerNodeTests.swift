@@ -23,8 +23,10 @@ import Testing
              ping: Duration = .seconds(2), maxQueuedBytes: Int = 8 * 1_048_576, inbox: Inbox? = nil,
              acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
              outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true,
-             hashRacyMargin: Int64? = nil, transferIdleTimeout: Duration? = nil) throws {
+             hashRacyMargin: Int64? = nil, transferIdleTimeout: Duration? = nil, port: UInt16 = 0,
+             trustPath: String? = nil) throws {
             var config = PeerNodeConfig(displayName: name)
+            config.port = port
             config.loopbackOnly = true
             config.accept = accept
             config.maxPeers = maxPeers
@@ -40,7 +42,7 @@ import Testing
             if let transferIdleTimeout { config.transferIdleTimeout = transferIdleTimeout }
             self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
-            node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: nil),
+            node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: trustPath),
                                 logger: Logger(label: name, level: .error, handler: MemoryLogHandler())) { e in
                 box.withLock { $0 }?.record(e)
             }
@@ -386,6 +388,75 @@ import Testing
         a.node.stop()
         b.node.stop()
         #expect(b.count { if case .reconnecting = $0 { true } else { false } } == 1)
+    }
+
+    /// Two boards that trust each other; the one that dialled stops (a restart, a reboot) and
+    /// starts again with its state: it dials the other by itself, at the address its trust
+    /// store kept, and the other (which could not redial: it never dialled) accepts without
+    /// asking. Without the kept address nobody dialled, and the session stayed down.
+    @Test func theDialerDialsItsTrustedPeerAgainAfterARestart() async throws {
+        let dir = try InboxTests.Directory()
+        let bIdentity = try TLSIdentity.ephemeral(), bTrust = dir.path + "/b-trusted.json"
+        let a = try Node("board-a", accept: .ask), b = try Node("board-b", identity: bIdentity, trustPath: bTrust)
+        let dial = Task { try await b.node.connect(to: try a.address) }
+        guard case .invitation(let i)? = await a.wait("invitation", Self.isInvitation) else {
+            Issue.record("no invitation"); return
+        }
+        try a.node.answer(invitation: i.id, accept: true)
+        _ = try await dial.value
+        try a.node.setTrusted(b.node.peerID, name: "board-b", true)
+        try b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        #expect(try TrustStore(path: bTrust).all.map(\.address) == [try a.address], "where b reached a, kept")
+        b.node.stop()
+        #expect(await a.wait("b stopped") { if case .disconnected(let d) = $0 { d.reason == .shuttingDown && d.byPeer } else { false } } != nil)
+        let b2 = try Node("board-b", identity: bIdentity, trustPath: bTrust)
+        b2.node.dialTrustedPeersAtStart()
+        #expect(await b2.wait("connected again", Self.isConnected) != nil, "b dials a by itself: \(b2.node.diagnostics)")
+        let twice = await a.signal.wait(timeout: .seconds(10)) { a.count(Self.isConnected) == 2 }
+        #expect(twice, "a accepts: \(a.node.diagnostics)")
+        #expect(a.count(Self.isInvitation) == 1, "the return is not asked")
+        // Ended by a choice: not dialled after the next restart.
+        try b2.node.disconnect(a.node.peerID)
+        #expect(await b2.wait("disconnected", Self.isDisconnectedSession) != nil)
+        #expect(try TrustStore(path: bTrust).all.map(\.address) == [nil])
+        a.node.stop()
+        b2.node.stop()
+    }
+
+    /// Two boards that trust each other; the one that was dialled stops and starts again on
+    /// its port: the dialer, told the peer is stopping (not a choice of its user), redials it
+    /// until it is back. Before, a peer that said it was stopping was never redialled.
+    @Test func aTrustedPeerThatRestartsIsRedialled() async throws {
+        let aIdentity = try TLSIdentity.ephemeral(), port = try Self.portNobodyElseGets()
+        let a = try Node("board-a", identity: aIdentity, port: port), b = try Node("board-b")
+        _ = try await b.node.connect(to: a.address)
+        try a.node.setTrusted(b.node.peerID, name: "board-b", true)
+        try b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        a.node.stop()
+        #expect(await b.wait("a stopped") { if case .disconnected(let d) = $0 { d.reason == .shuttingDown && d.byPeer } else { false } } != nil)
+        let a2 = try Node("board-a", identity: aIdentity, port: port)
+        let twice = await b.signal.wait(timeout: .seconds(10)) { b.count(Self.isConnected) == 2 }
+        #expect(twice, "b redials a: \(b.node.diagnostics)")
+        #expect(await a2.wait("connected again", Self.isConnected) != nil)
+        a2.node.stop()
+        b.node.stop()
+    }
+
+    /// A free port below the kernel's ephemeral range (`ip_local_port_range`, from 32768 by
+    /// default), so that no other test's listener or connection is given it by the kernel
+    /// while a node that stopped on it is away: a redial meant for that node would reach
+    /// another test's (seen: its invitation taken for another test's).
+    static func portNobodyElseGets() throws -> UInt16 {
+        let lowest = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+            .flatMap { $0.split(whereSeparator: \.isWhitespace).first.flatMap { UInt16($0) } } ?? 32768
+        for _ in 0..<100 {
+            let port = UInt16.random(in: 20_000..<max(lowest, 20_001))
+            if let (fd, _) = try? TCPSocket.listen(port: port, loopback: true) {
+                close(fd)
+                return port
+            }
+        }
+        throw PeerError.invalid("port", "no free port from 20000 to \(lowest) in 100 tries")
     }
 
     /// A TLS record damaged on the way once the session is up: the receiving side's TLS

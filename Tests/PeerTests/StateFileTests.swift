@@ -50,10 +50,33 @@ import Testing
         #expect(stat(path, &info) == 0 && info.st_mode & 0o777 == 0o600)
     }
 
+    /// Where a trusted peer was reached: recorded once (the same address again writes
+    /// nothing), read back after a restart, forgotten with nil; an untrusted peer's is not
+    /// recorded. A file without addresses (an older version's) reads as none.
+    @Test func aTrustedPeersAddressIsKept() throws {
+        let dir = try Directory()
+        let path = dir.path + "/trusted-peers.json"
+        let store = try TrustStore(path: path)
+        let a = try #require(PeerID(hex: Self.idA)), b = try #require(PeerID(hex: Self.idB))
+        #expect(try store.trust(a, name: "a"))
+        #expect(store.all.first?.address == nil)
+        let there = try HostPort("[fe80::1%eth0]:7001"), here = try HostPort("10.0.0.2:7001")
+        #expect(try store.setAddress(a, there))
+        #expect(try !store.setAddress(a, there), "the same address again: nothing to save")
+        #expect(try !store.setAddress(b, here), "an untrusted peer's address is not kept")
+        #expect(try TrustStore(path: path).all.map(\.address) == [there], "read back after a restart")
+        #expect(try store.setAddress(a, here))
+        #expect(try TrustStore(path: path).all.map(\.address) == [here])
+        #expect(try store.setAddress(a, nil))
+        #expect(try TrustStore(path: path).all.map(\.address) == [nil])
+        #expect(!(String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self).contains("address")))
+    }
+
     @Test(arguments: [
         ("not json", "not a trust store"),
         ("{\"peers\": {}}", "not a trust store"),
         ("{\"peers\": [{\"id\": \"\(idA)\"}, {\"id\": \"abc\"}]}", "peers[1].id is not 64 hex digits"),
+        ("{\"peers\": [{\"id\": \"\(idA)\", \"address\": \"host-without-port\"}]}", "peers[0].address is not HOST:PORT"),
     ])
     func aBadTrustStoreIsAnErrorNamingIt(text: String, words: String) throws {
         let dir = try Directory()

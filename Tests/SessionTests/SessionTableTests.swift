@@ -339,5 +339,44 @@ import Testing
         #expect(!t.shouldRedial(Self.peer3))
     }
 
+    /// The peer's daemon stopping (a restart, a reboot) is not a user's choice: its trusted
+    /// peer is redialled, and its invitation accepted without asking, as after a drop.
+    @Test func aTrustedPeerThatStoppedIsRedialled() {
+        var t = SessionTable(localID: Self.low)
+        t.trust(Self.high)
+        t.accepted(1)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .shuttingDown, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .shuttingDown), .reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+        t.accepted(2)
+        _ = t.identified(2, as: Self.high)
+        #expect(t.invitation(on: 2) == .accept)
+        #expect([Reason.normal, .declined, .cancelled].allSatisfy(SessionTable.endsByChoice))
+        #expect(![Reason.shuttingDown, .lost, .transportClosed, .timeout].contains(where: SessionTable.endsByChoice))
+    }
+
+    /// After a restart the peers given (trusted, with an address) are dialled from the first
+    /// attempt, their invitations accepted meanwhile; an untrusted one, or one already
+    /// connected to this side, is not.
+    @Test func trustedPeersAreDialledAtStart() {
+        var t = SessionTable(localID: Self.low)
+        t.trust(Self.high)
+        t.trust(Self.peer3)
+        t.accepted(1)
+        _ = t.identified(1, as: Self.peer3)
+        let untrusted = Fixtures.peer(0x04)
+        #expect(t.dialAtStart([Self.high, Self.peer3, untrusted], now: Self.t0, random: { 0.5 })
+                == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+        t.accepted(2)
+        _ = t.identified(2, as: Self.high)
+        #expect(t.invitation(on: 2) == .accept)
+        var u = SessionTable(localID: Self.low)
+        u.trust(Self.high)
+        u.accepted(1)
+        _ = u.identified(1, as: Self.high)
+        #expect(u.invitation(on: 1) == .ask, "without the restart's dial, asked as usual")
+    }
+
     static let peer3 = Fixtures.peer(0x03)
 }
