@@ -114,13 +114,22 @@ enum PeerCommands {
         }
     }
 
+    /// One trusted peer: its ID and name, and what a restart does (resumed: taken back, and
+    /// dialled where this board last reached it).
+    static func trustedLine(_ p: JSONValue) -> String {
+        let address = p["address"]?.stringValue
+        let restart = p["resume"]?.boolValue == true ? (address.map { "; resumed after a restart, dialled at \($0)" } ?? "; resumed after a restart")
+            : (address.map { "; last reached at \($0)" } ?? "")
+        return "\(p["peer_text"]?.stringValue ?? "?") \(p["name"]?.stringValue ?? "")\(restart)"
+    }
+
     /// `peer trusted`.
     static let trusted = CLICommand(
         ["peer", "trusted"],
         abstract: "List the trusted peers.",
         action: .call(request: { _ throws(CLIError) in RPCCall(method: ControlMethod.peerTrusted) }, render: { r in
             let list = r["peers"]?.arrayValue ?? []
-            return list.isEmpty ? "no trusted peers" : list.map { "\($0["peer_text"]?.stringValue ?? "?") \($0["name"]?.stringValue ?? "")\($0["address"]?.stringValue.map { " (dialled at \($0) after a restart)" } ?? "")" }.joined(separator: "\n")
+            return list.isEmpty ? "no trusted peers" : list.map(trustedLine).joined(separator: "\n")
         }))
 
     static func renderSession(_ s: JSONValue) -> String {

@@ -78,7 +78,7 @@ final class PeerCapability: DaemonCapability {
         let discovery = PeerDiscovery(dnssd: dnssd, node: node, logger: logger)
         node.setAddressSource { [weak discovery] peer in discovery?.addresses(for: peer) ?? [] }
         // Sessions this board had with trusted peers come back after its restart.
-        node.dialTrustedPeersAtStart()
+        node.resumeTrustedSessionsAtStart()
         registerDiscovery(context, node, discovery)
 
         context.register(ControlMethod.peerIdentity) { p, _ throws(RPCError) in
@@ -165,7 +165,9 @@ final class PeerCapability: DaemonCapability {
                 var o = Self.json(e.peer)
                 o["name"] = .string(e.name)
                 o["since"] = .int(e.since)
-                // Where a dial of this board last reached it: dialled there after a restart.
+                // Whether its session comes back after a restart, and where a dial of this
+                // board last reached it (dialled there then).
+                o["resume"] = .bool(e.resume)
                 if let a = e.address { o["address"] = .string(a.description) }
                 return .object(o)
             })]

@@ -158,21 +158,39 @@ extension PeerNode {
     }
 
     /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it
-    /// was last reached) until one is reached: a target that cannot be reached is passed over;
-    /// any other failure (declined, timed out, refused) is the answer. With none reached, the
-    /// last `unreachable` error.
+    /// was last reached) until one is reached: a target that cannot be reached is passed over,
+    /// and so is one where another board answers (`identity-mismatch`: the peer's old address,
+    /// now someone else's; forgotten if it was where the peer was last reached); any other
+    /// failure (declined, timed out, refused) is the answer. With none reached, the
+    /// `identity-mismatch` if there was one (a connection existed: for a trusted peer its end
+    /// scheduled the next redial), else the last `unreachable` error.
     public func connect(toFirstOf targets: [HostPort], context: [UInt8] = [], timeout: Duration = .seconds(30),
                         expected: PeerID? = nil) async throws -> PeerSummary {
         var last = PeerError.unreachable(expected?.shortText ?? "the peer", "no address known")
+        var someoneElse: PeerError?
         for target in targets {
             do {
                 return try await connect(to: target, context: context, timeout: timeout, expected: expected)
             } catch let e as PeerError {
-                guard case .unreachable = e else { throw e }
-                last = e
+                switch e {
+                case .unreachable:
+                    last = e
+                case .refused(let d) where d.reason == .identityMismatch && !d.byPeer && expected != nil:
+                    someoneElse = e
+                    if let expected { forgetReached(target, of: expected) }
+                default:
+                    throw e
+                }
             }
         }
-        throw last
+        throw someoneElse ?? last
+    }
+
+    /// `target` now leads to another board than `peer`: not dialled for it again, now or after
+    /// a restart, unless a dial reaches the peer there again.
+    private func forgetReached(_ target: HostPort, of peer: PeerID) {
+        state.withLock { s in if s.lastReached[peer] == target { s.lastReached[peer] = nil } }
+        keepingTrust("an address that leads to another board is kept for a restart", peer) { try trust.forgetAddress(peer, target) }
     }
 
     // MARK: Redialling trusted peers
@@ -201,11 +219,13 @@ extension PeerNode {
     private func redial(_ peer: PeerID, _ targets: [HostPort]) async {
         do {
             _ = try await connect(toFirstOf: targets, expected: peer)
-        } catch PeerError.unreachable(let target, let why) {
-            logger.info("a trusted peer is not reachable", ["peer.id": peer.shortText, "address": target, "why": why])
-            apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
-        } catch {
+        } catch PeerError.refused {
             // A connection existed and ended: its close scheduled the next attempt.
+        } catch {
+            // Nobody reached, or the dial never started (the table full meanwhile: the next
+            // attempt may find room): the next attempt, or giving up.
+            logger.info("a trusted peer is not reachable", ["peer.id": peer.shortText, "why": "\(error)"])
+            apply(state.withLock { $0.table.redialFailed(peer, now: .now, random: Double.random(in: 0...1)) })
         }
     }
 

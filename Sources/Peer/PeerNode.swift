@@ -27,7 +27,7 @@ public final class PeerNode: Sendable {
     public let config: PeerNodeConfig
     let logger: Logger
     let onEvent: @Sendable (PeerEvent) -> Void
-    private let trust: TrustStore
+    let trust: TrustStore
     let state: Mutex<State>
     /// Resources across the connections.
     let transfers: NodeTransfers
@@ -106,12 +106,12 @@ public final class PeerNode: Sendable {
     @discardableResult
     public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) throws(TrustStoreError) -> Bool {
         let changed = trusted ? try trust.trust(peer, name: name) : try trust.forget(peer)
-        let reached = state.withLock { s -> HostPort? in
+        let (up, reached) = state.withLock { s -> (Bool, HostPort?) in
             trusted ? s.table.trust(peer) : s.table.distrust(peer)
-            return s.lastReached[peer]
+            return (s.session(peer) != nil, s.lastReached[peer])
         }
-        // Trusted while (or after) a dial of ours reached it: dialled there after a restart.
-        if trusted, let reached { try trust.setAddress(peer, reached) }
+        // Trusted while its session is up: that session comes back after a restart.
+        if trusted, up { noteSessionUp(peer, reachedAt: reached) }
         return changed
     }
 
@@ -449,18 +449,20 @@ public final class PeerNode: Sendable {
                 }
             case .peerConnected(let peer, let id):
                 guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
-                if config.trustOnConnect {
-                    do { try setTrusted(peer, name: summary.displayName, true) } catch {
-                        logger.warning("a peer accepted on connect is not trusted for next time", ["peer": peer.text, "error": "\(error)"])
-                    }
-                }
                 let (waiters, target) = state.withLock { s -> ([Waiter], HostPort?) in
                     s.invitations[id] = nil
                     let target = s.dialTargets[id]
                     if let target { s.lastReached[peer] = target }
                     return ((s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? []), target)
                 }
-                if let target { rememberAddress(target, of: peer) }
+                if config.trustOnConnect, !trust.isTrusted(peer) {
+                    // (Trusted with the session up: marked to resume, where it was reached, at once.)
+                    do { try setTrusted(peer, name: summary.displayName, true) } catch {
+                        logger.warning("a peer accepted on connect is not trusted for next time", ["peer": peer.text, "error": "\(error)"])
+                    }
+                } else {
+                    noteSessionUp(peer, reachedAt: target)
+                }
                 logger.info("peer session connected", ["peer.id": peer.shortText, "peer.name": summary.displayName,
                                                         "remote": "\(summary.remote)", "encrypted": "\(summary.encrypted)"])
                 onEvent(.connected(summary))
@@ -532,7 +534,9 @@ public final class PeerNode: Sendable {
         let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
         // A session (or our invitation) ended by a user's choice, on either side: the peer is
         // not dialled after a restart either.
-        if let verifiedPeer, wasSession || reason == .declined, SessionTable.endsByChoice(reason) { rememberAddress(nil, of: verifiedPeer) }
+        if let verifiedPeer, wasSession || reason == .declined, SessionTable.endsByChoice(reason) {
+            keepingTrust("a session ended by a choice is not marked so for a restart", verifiedPeer) { try trust.sessionEndedByChoice(verifiedPeer) }
+        }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
                                   reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
         if wasSession {
@@ -566,26 +570,35 @@ public final class PeerNode: Sendable {
         }
     }
 
-    /// Records where a dial of ours reached trusted `peer` (nil: forgets it) in the trust
-    /// store, so a restarted daemon dials it there; an untrusted peer's is not kept. A
-    /// store that cannot be written is logged: the session is not worse for it.
-    private func rememberAddress(_ address: HostPort?, of peer: PeerID) {
+    /// A session with `peer` is up: if the peer is trusted, the trust store marks it to come
+    /// back after a restart, with where a dial of ours reached it (`reachedAt`).
+    private func noteSessionUp(_ peer: PeerID, reachedAt: HostPort?) {
+        keepingTrust("a trusted session is not marked to come back after a restart", peer) { try trust.sessionUp(peer, reachedAt: reachedAt) }
+    }
+
+    /// Runs a trust store change that only serves restarts: one that cannot be saved (a full
+    /// or read-only disk) is logged, and the session is not worse for it.
+    func keepingTrust(_ what: String, _ peer: PeerID, _ change: () throws -> Bool) {
         do {
-            try trust.setAddress(peer, address)
+            _ = try change()
         } catch {
-            logger.warning("where a trusted peer was reached is not kept for a restart", ["peer.id": peer.shortText, "error": "\(error)"])
+            logger.warning(what, ["peer.id": peer.shortText, "error": "\(error)"])
         }
     }
 
-    /// Dials the trusted peers a dial of ours reached before this node stopped (the trust
-    /// store keeps where), as after a drop (`SessionTable.dialAtStart`): a session cut by a
-    /// restart or a reboot comes back by itself, whichever side dialled it (the other side
-    /// redials a peer that stopped, if it knows where). The daemon calls it once at start,
-    /// listening or not (a board that only dials is the one that must).
-    public func dialTrustedPeersAtStart() {
-        let peers = trust.all.filter { $0.address != nil }.map(\.peer)
+    /// Takes back the trusted peers whose sessions were up (or lost) when this node last
+    /// stopped (`resume` in the trust store): their invitations accepted without asking, and
+    /// those a dial of ours had reached dialled again at that address, as after a drop
+    /// (`SessionTable.resumeAtStart`). A session cut by a restart or a reboot of either side
+    /// comes back by itself: the side that dialled dials again, the side that was dialled
+    /// takes it back, and a side that stayed up redials a peer that said it was stopping.
+    /// The daemon calls it once at start, listening or not (a board that only dials is the
+    /// one that must).
+    public func resumeTrustedSessionsAtStart() {
+        let peers = trust.all.filter(\.resume).map { (peer: $0.peer, dial: $0.address != nil) }
         guard !peers.isEmpty else { return }
-        apply(state.withLock { $0.table.dialAtStart(peers, now: .now, random: { Double.random(in: 0...1) }) })
+        logger.info("resuming the sessions of trusted peers", ["peers": "\(peers.count)", "dialled": "\(peers.filter(\.dial).count)"])
+        apply(state.withLock { $0.table.resumeAtStart(peers, now: .now, random: { Double.random(in: 0...1) }) })
     }
 
     /// The connection whose invitation from `peer` waits for a client's answer, if any (not

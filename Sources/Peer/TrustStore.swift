@@ -7,9 +7,11 @@ import SystemKit
 /// The peers this board trusts (their IDs pinned: a peer ID is its certificate's SHA-256, so
 /// a trusted ID cannot be claimed with another certificate), kept in a JSON file written
 /// atomically: `{"peers": [{"id": "<64 hex>", "name": "...", "since": <unix seconds>,
-/// "address": "HOST:PORT"}]}`. `address` is where a dial of this board last reached the
-/// peer while it was trusted: a restarted daemon dials it there again, so a session (and a
-/// transfer cut by the restart) comes back by itself.
+/// "address": "HOST:PORT", "resume": true}]}`. `resume` says the peer's last session was not
+/// ended by a choice (it was up when this daemon stopped, or lost): a restarted daemon takes
+/// it back without asking, and dials it at `address` (where a dial of this board last
+/// reached it) when it has one, so a session and a transfer cut by a restart or a reboot
+/// come back by themselves.
 public final class TrustStore: Sendable {
     /// One trusted peer.
     public struct Entry: Sendable, Hashable {
@@ -19,9 +21,11 @@ public final class TrustStore: Sendable {
         public let name: String
         /// When it was trusted (seconds since 1970).
         public let since: Int64
-        /// Where a dial of this board last reached it while trusted (nil: never, or its last
-        /// session was ended by a choice: it is not dialled after a restart).
+        /// Where a dial of this board last reached it while trusted (nil: never).
         public var address: HostPort?
+        /// Its last session came up and was not ended by a choice (of either side's user):
+        /// it comes back after a restart.
+        public var resume = false
     }
 
     /// The file (nil: in memory only).
@@ -47,7 +51,7 @@ public final class TrustStore: Sendable {
                         throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].address is not HOST:PORT: \(error)")
                     }
                 }
-                loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0, address: address)
+                loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0, address: address, resume: p.resume ?? false)
             }
         }
         entries = Mutex(loaded)
@@ -70,14 +74,40 @@ public final class TrustStore: Sendable {
         }
     }
 
-    /// Records where `peer` was reached (nil: forgets it), saved at once; false when `peer` is
-    /// not trusted or the address is the one recorded. Throws as `trust` does, the store
-    /// unchanged.
+    /// A session with trusted `peer` is up (`reachedAt`: where a dial of ours reached it, nil
+    /// when the peer dialled): it comes back after a restart. Saved at once when that changes
+    /// anything; false when nothing changed or `peer` is not trusted. Throws as `trust` does,
+    /// the store unchanged.
     @discardableResult
-    public func setAddress(_ peer: PeerID, _ address: HostPort?) throws(TrustStoreError) -> Bool {
+    public func sessionUp(_ peer: PeerID, reachedAt: HostPort?) throws(TrustStoreError) -> Bool {
         try change { e in
-            guard let old = e[peer], old.address != address else { return false }
-            e[peer]?.address = address
+            guard var entry = e[peer] else { return false }
+            let before = entry
+            entry.resume = true
+            if let reachedAt { entry.address = reachedAt }
+            e[peer] = entry
+            return entry != before
+        }
+    }
+
+    /// `peer`'s session was ended by a user's choice (either side's): not resumed after a
+    /// restart. Saved at once when that changes anything. Throws as `trust` does.
+    @discardableResult
+    public func sessionEndedByChoice(_ peer: PeerID) throws(TrustStoreError) -> Bool {
+        try change { e in
+            guard e[peer]?.resume == true else { return false }
+            e[peer]?.resume = false
+            return true
+        }
+    }
+
+    /// `address` leads to another board now (its answer had another peer ID): forgotten if it
+    /// is `peer`'s. Throws as `trust` does.
+    @discardableResult
+    public func forgetAddress(_ peer: PeerID, _ address: HostPort) throws(TrustStoreError) -> Bool {
+        try change { e in
+            guard e[peer]?.address == address else { return false }
+            e[peer]?.address = nil
             return true
         }
     }
@@ -103,7 +133,8 @@ public final class TrustStore: Sendable {
 
     private static func save(_ entries: [PeerID: Entry], to path: String) throws(TrustStoreError) {
         let sorted = entries.values.sorted { ($0.name, $0.peer.text) < ($1.name, $1.peer.text) }
-        let file = StoredFile(peers: sorted.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since, address: $0.address?.description) })
+        let file = StoredFile(peers: sorted.map { StoredPeer(id: $0.peer.hex, name: $0.name, since: $0.since, address: $0.address?.description,
+                                                      resume: $0.resume ? true : nil) })
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -123,8 +154,8 @@ public struct TrustStoreError: Error, CustomStringConvertible, Sendable {
     public var description: String { "cannot save the trusted peers to \(path): \(reason); nothing changed" }
 }
 
-/// The file's shape (`name`, `since` and `address` may be missing: a file written by hand, or
-/// by a version before addresses were kept).
+/// The file's shape (`name`, `since`, `address` and `resume` may be missing: a file written by
+/// hand, or by a version before addresses were kept).
 private struct StoredFile: Codable {
     var peers: [StoredPeer]
 }
@@ -134,4 +165,5 @@ private struct StoredPeer: Codable {
     var name: String?
     var since: Int64?
     var address: String?
+    var resume: Bool?
 }

@@ -246,14 +246,17 @@ public struct SessionTable: Sendable {
         reason == .normal || reason == .declined || reason == .cancelled
     }
 
-    /// This side has just started: each of `peers` (trusted, where a dial of this side last
-    /// reached it before the restart) is dialled again as after a drop, from the first
-    /// attempt, its invitations accepted without asking meanwhile. A session cut by this
-    /// side's restart or a reboot then comes back by itself, whichever side dialled it.
-    public mutating func dialAtStart(_ peers: [PeerID], now: ContinuousClock.Instant, random: () -> Double) -> [Action] {
+    /// This side has just started, and each of `peers` (trusted) had a session that was not
+    /// ended by a choice: its invitations are accepted without asking, as after a drop, and
+    /// those with `dial` (a dial of this side reached them before) are dialled again from the
+    /// first attempt. A session cut by a restart or a reboot of either side then comes back
+    /// by itself: the side that dialled dials again, the side that was dialled takes it back.
+    public mutating func resumeAtStart(_ peers: [(peer: PeerID, dial: Bool)], now: ContinuousClock.Instant,
+                                       random: () -> Double) -> [Action] {
         var out: [Action] = []
-        for peer in peers where trusted[peer] != nil && shouldRedial(peer) {
-            out += scheduleRedial(peer, failures: 0, now: now, random: random())
+        for (peer, dial) in peers where trusted[peer] != nil {
+            resumable.insert(peer)
+            if dial, shouldRedial(peer) { out += scheduleRedial(peer, failures: 0, now: now, random: random()) }
         }
         return out
     }

@@ -50,26 +50,35 @@ import Testing
         #expect(stat(path, &info) == 0 && info.st_mode & 0o777 == 0o600)
     }
 
-    /// Where a trusted peer was reached: recorded once (the same address again writes
-    /// nothing), read back after a restart, forgotten with nil; an untrusted peer's is not
-    /// recorded. A file without addresses (an older version's) reads as none.
-    @Test func aTrustedPeersAddressIsKept() throws {
+    /// A trusted peer's session up (with where a dial of ours reached it) marks it to come
+    /// back after a restart, written once (the same again writes nothing) and read back; a
+    /// choice's end unmarks it and keeps the address; an address that now leads to another
+    /// board is forgotten (another address is not); an untrusted peer is not recorded. A file
+    /// without these (an older version's) reads as neither.
+    @Test func aTrustedPeersSessionIsKeptForARestart() throws {
         let dir = try Directory()
         let path = dir.path + "/trusted-peers.json"
         let store = try TrustStore(path: path)
         let a = try #require(PeerID(hex: Self.idA)), b = try #require(PeerID(hex: Self.idB))
         #expect(try store.trust(a, name: "a"))
-        #expect(store.all.first?.address == nil)
+        #expect(store.all.first?.address == nil && store.all.first?.resume == false)
         let there = try HostPort("[fe80::1%eth0]:7001"), here = try HostPort("10.0.0.2:7001")
-        #expect(try store.setAddress(a, there))
-        #expect(try !store.setAddress(a, there), "the same address again: nothing to save")
-        #expect(try !store.setAddress(b, here), "an untrusted peer's address is not kept")
-        #expect(try TrustStore(path: path).all.map(\.address) == [there], "read back after a restart")
-        #expect(try store.setAddress(a, here))
-        #expect(try TrustStore(path: path).all.map(\.address) == [here])
-        #expect(try store.setAddress(a, nil))
-        #expect(try TrustStore(path: path).all.map(\.address) == [nil])
-        #expect(!(String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self).contains("address")))
+        #expect(try store.sessionUp(a, reachedAt: there))
+        #expect(try !store.sessionUp(a, reachedAt: there), "the same again: nothing to save")
+        #expect(try !store.sessionUp(a, reachedAt: nil), "the peer dialled: the address stays")
+        #expect(try !store.sessionUp(b, reachedAt: here), "an untrusted peer is not kept")
+        var read = try TrustStore(path: path).all
+        #expect(read.map(\.address) == [there] && read.map(\.resume) == [true], "read back after a restart")
+        #expect(try store.sessionEndedByChoice(a))
+        #expect(try !store.sessionEndedByChoice(a))
+        read = try TrustStore(path: path).all
+        #expect(read.map(\.address) == [there] && read.map(\.resume) == [false])
+        #expect(try !store.forgetAddress(a, here), "not its address")
+        #expect(try store.forgetAddress(a, there))
+        read = try TrustStore(path: path).all
+        #expect(read.map(\.address) == [nil])
+        let text = String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
+        #expect(!text.contains("address") && !text.contains("resume"), "\(text)")
     }
 
     @Test(arguments: [

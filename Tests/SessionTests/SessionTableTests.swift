@@ -356,26 +356,33 @@ import Testing
         #expect(![Reason.shuttingDown, .lost, .transportClosed, .timeout].contains(where: SessionTable.endsByChoice))
     }
 
-    /// After a restart the peers given (trusted, with an address) are dialled from the first
-    /// attempt, their invitations accepted meanwhile; an untrusted one, or one already
-    /// connected to this side, is not.
-    @Test func trustedPeersAreDialledAtStart() {
+    /// After a restart the peers given (trusted, their session not ended by a choice) are
+    /// taken back without asking, and those this side had dialled are dialled from the first
+    /// attempt; an untrusted one is neither, one already connected to this side not dialled.
+    @Test func trustedSessionsResumeAtStart() {
         var t = SessionTable(localID: Self.low)
         t.trust(Self.high)
         t.trust(Self.peer3)
+        let peer5 = Fixtures.peer(0x05)
+        t.trust(peer5)
         t.accepted(1)
         _ = t.identified(1, as: Self.peer3)
         let untrusted = Fixtures.peer(0x04)
-        #expect(t.dialAtStart([Self.high, Self.peer3, untrusted], now: Self.t0, random: { 0.5 })
+        #expect(t.resumeAtStart([(Self.high, true), (Self.peer3, true), (untrusted, true), (peer5, false)], now: Self.t0, random: { 0.5 })
                 == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
-        t.accepted(2)
-        _ = t.identified(2, as: Self.high)
-        #expect(t.invitation(on: 2) == .accept)
+        for (id, peer) in [(2, Self.high), (3, peer5)] as [(ConnectionID, PeerID)] {
+            t.accepted(id)
+            _ = t.identified(id, as: peer)
+            #expect(t.invitation(on: id) == .accept)
+        }
+        t.accepted(4)
+        _ = t.identified(4, as: untrusted)
+        #expect(t.invitation(on: 4) == .ask)
         var u = SessionTable(localID: Self.low)
         u.trust(Self.high)
         u.accepted(1)
         _ = u.identified(1, as: Self.high)
-        #expect(u.invitation(on: 1) == .ask, "without the restart's dial, asked as usual")
+        #expect(u.invitation(on: 1) == .ask, "without the restart's resume, asked as usual")
     }
 
     static let peer3 = Fixtures.peer(0x03)

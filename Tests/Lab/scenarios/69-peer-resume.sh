@@ -4,9 +4,9 @@
 # `kill -9` and started again, (b) p1 is killed and started again, (c) the link is cut
 # (pl0 down) and restored, (d) p2, which dialled last, is stopped (SIGTERM, as systemd does
 # for a restart or a reboot) and started again. Each time the dialer redials by itself
-# (in d: the restarted p2 dials p1 at the address its trust store kept, and p1, told p2
-# was stopping, redials it too), the sender offers the file again (after its own restart:
-# from its journal), p1 answers with the length its part holds and the file arrives whole
+# (in d: the restarted p2 dials p1 at the address its trust store kept; p1 knows no address
+# of p2 by then), the sender offers the file again (after its own restart: from its
+# journal), p1 answers with the length its part holds and the file arrives whole
 # (sha256sum). What went over the link after the cut is
 # counted outside our code, by the kernel's qdisc counters on p2's interface (tc -s: bytes
 # and segments, less 66 bytes of Ethernet, IP and TCP headers a segment): it is at most one
@@ -104,7 +104,8 @@ resume c cut_c restore_c
 need_event 30 p2 peer.resource-sent '"name":"c.bin"'
 
 note "d. the sender, which dialled last, is stopped at half way and started again"
-grep -q '"address"' "$(pl_state_dir p2)/peer/trusted-peers.json" || fail "p2's trust store keeps no address for p1: $(cat "$(pl_state_dir p2)/peer/trusted-peers.json")"
+grep -q '"resume" *: *true' "$(pl_state_dir p2)/peer/trusted-peers.json" && grep -q '"address"' "$(pl_state_dir p2)/peer/trusted-peers.json" \
+    || fail "p2's trust store does not keep its session with p1 for a restart: $(cat "$(pl_state_dir p2)/peer/trusted-peers.json")"
 cut_d() { stop_peerlinkd p2; need_event 30 p1 peer.resource-interrupted '"name":"d.bin"'; }
 restore_d() { peer_restart p2; }
 resume d cut_d restore_d
