@@ -235,8 +235,13 @@ final class PeerCapability: DaemonCapability {
     func detach() async {}
 
     func shutdown() async {
-        state.withLock { $0.node }?.stop()
+        // Peers told why, received files saved and parts recorded before the process exits
+        // (systemd's stop waits 90 s; a peer that never answers its CLOSE costs 1 s).
+        _ = await state.withLock { $0.node }?.stop(settlingWithin: Self.settleLimit)
     }
+
+    /// How long a stopping daemon waits for its peer connections and received files.
+    static let settleLimit: Duration = .seconds(5)
 
     private func deliver(_ e: PeerEvent) {
         guard let context = state.withLock({ $0.context }) else { return }

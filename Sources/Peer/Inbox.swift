@@ -172,6 +172,11 @@ public final class Inbox: @unchecked Sendable {
         }
     }
 
+    /// Parts open now: being received, being saved, or being recorded for a resume after
+    /// their transfer stopped. A stopping daemon waits until there are none
+    /// (`PeerNode.stop(settlingWithin:)`).
+    public var openParts: Int { open.withLock { $0.keys.count } }
+
     /// The bytes the open parts still await, all together.
     public var promisedBytes: UInt64 { open.withLock { $0.promised.values.reduce(0, +) } }
 

@@ -144,6 +144,27 @@ public final class PeerNode: Sendable {
         for c in connections { c.input(.close(.shuttingDown, text: "the daemon is stopping")) }
     }
 
+    /// Stops as `stop` does, then waits until every connection has ended (each peer told
+    /// `shutting-down`, and its answer read, so it knows why; each received part recorded for
+    /// a resume) and every received file being saved is saved, or until `limit` passes.
+    /// What the daemon does before it exits: a process that exits at once may cut a CLOSE
+    /// (the peer sees the link reset instead) or a save half way (its sender, without the
+    /// confirmation, sends it again). True when everything settled within `limit`.
+    public func stop(settlingWithin limit: Duration) async -> Bool {
+        stop()
+        let deadline = ContinuousClock.now + limit
+        while true {
+            let open = (state.withLock { $0.connections.count }, config.inbox?.openParts ?? 0)
+            if open == (0, 0) { return true }
+            guard ContinuousClock.now < deadline else {
+                logger.notice("stopping without waiting longer", ["connections": "\(open.0)", "parts": "\(open.1)", "waited": "\(limit)"])
+                return false
+            }
+            // Polled: a stop happens once, and its waits are short (a CLOSE answered, a flush).
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
     private func acceptAll(_ listener: Int32) {
         while true {
             let accepted: (fd: Int32, from: SocketAddress)?

@@ -343,6 +343,40 @@ import Testing
         #expect(started == 1, "the second offer was answered complete")
     }
 
+    /// A node stopping while it saves a received file (the daemon's exit) waits for the save:
+    /// the file is in the inbox when the stop returns, and the peer heard why the session
+    /// ended. A save that does not end within the limit is not waited for longer.
+    @Test(arguments: [true, false])
+    func aStopWaitsForAFileBeingSaved(saveEnds: Bool) async throws {
+        let dir = try Directory()
+        let gate = SaveGate()
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", beforeSaving: { gate.hold() }), acceptResources: .all)
+        let b = try Node("sender")
+        defer { b.node.stop() }
+        defer { gate.open() }
+        _ = try await b.node.connect(to: a.address)
+        #expect(await a.wait("connected", PeerNodeTests.isConnected) != nil)
+        _ = try await b.node.sendResource(path: try Self.write(InboxTests.content(100_000), in: dir, "last.bin"), to: [a.node.peerID])
+        #expect(await gate.entered(), "the receiver got every byte and began to save")
+        guard saveEnds else {
+            #expect(await a.node.stop(settlingWithin: .milliseconds(300)) == false, "a save that does not end is not waited for")
+            return
+        }
+        let returned = Mutex(false)
+        let stopping = Task {
+            let settled = await a.node.stop(settlingWithin: .seconds(60))
+            returned.withLock { $0 = true }
+            return settled
+        }
+        #expect(await b.wait("a stopping") { if case .disconnected(let d) = $0 { d.reason == .shuttingDown && d.byPeer } else { false } } != nil,
+                "the peer heard why")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(!returned.withLock { $0 }, "the stop returned while a file was being saved")
+        gate.open()
+        #expect(await stopping.value, "everything settled")
+        #expect(InboxTests.files(dir.path + "/inbox") == [".part", "last.bin"], "saved before the stop returned")
+    }
+
     /// `send-image` refuses a file that is not a PNG or JPEG, before offering anything.
     @Test func anImageMustBeOne() async throws {
         let dir = try Directory()

@@ -106,7 +106,12 @@ need_event 30 p2 peer.resource-sent '"name":"c.bin"'
 note "d. the sender, which dialled last, is stopped at half way and started again"
 grep -q '"resume" *: *true' "$(pl_state_dir p2)/peer/trusted-peers.json" && grep -q '"address"' "$(pl_state_dir p2)/peer/trusted-peers.json" \
     || fail "p2's trust store does not keep its session with p1 for a restart: $(cat "$(pl_state_dir p2)/peer/trusted-peers.json")"
-cut_d() { stop_peerlinkd p2; need_event 30 p1 peer.resource-interrupted '"name":"d.bin"'; }
+# p2 exits once p1 has read its CLOSE and answered: p1 hears why (not a reset link).
+cut_d() {
+    stop_peerlinkd p2
+    need_event 30 p1 peer.resource-interrupted '"name":"d.bin"'
+    need_event 10 p1 peer.disconnected "\"peer\":\"$ID2\"" '"reason":"shutting-down"'
+}
 restore_d() { peer_restart p2; }
 resume d cut_d restore_d
 need_event 30 p2 peer.resource-sent '"name":"d.bin"'
