@@ -160,7 +160,7 @@ extension PeerNode {
     /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it
     /// was last reached) until one is reached: a target that cannot be reached is passed over,
     /// and so is one where another board answers (`identity-mismatch`: the peer's old address,
-    /// now someone else's; forgotten if it was where the peer was last reached); any other
+    /// now someone else's; not dialled first again if it was where the peer was last reached); any other
     /// failure (declined, timed out, refused) is the answer. With none reached, the
     /// `identity-mismatch` if there was one (a connection existed: for a trusted peer its end
     /// scheduled the next redial), else the last `unreachable` error.
@@ -186,11 +186,11 @@ extension PeerNode {
         throw someoneElse ?? last
     }
 
-    /// `target` now leads to another board than `peer`: not dialled for it again, now or after
-    /// a restart, unless a dial reaches the peer there again.
+    /// `target` now leads to another board than `peer`: not dialled first for it again while
+    /// this daemon runs. (The trust store keeps it: the other board's word, a HELLO read before
+    /// TLS, could come from anyone on the path; after a restart it is tried once more.)
     private func forgetReached(_ target: HostPort, of peer: PeerID) {
         state.withLock { s in if s.lastReached[peer] == target { s.lastReached[peer] = nil } }
-        keepingTrust("an address that leads to another board is kept for a restart", peer) { try trust.forgetAddress(peer, target) }
     }
 
     // MARK: Redialling trusted peers
@@ -206,7 +206,7 @@ extension PeerNode {
         queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
             guard let self else { return }
             let targets = self.state.withLock { s -> [HostPort]? in
-                guard !s.stopped, s.table.shouldRedial(peer) else { return nil }
+                guard !s.stopped, s.table.redialDue(peer) else { return nil }
                 var list = s.lastReached[peer].map { [$0] } ?? []
                 for a in s.addressSource?(peer) ?? [] where !list.contains(a) { list.append(a) }
                 return list

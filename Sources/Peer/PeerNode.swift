@@ -60,6 +60,9 @@ public final class PeerNode: Sendable {
         var stopped = false
         /// Connections refused near the descriptor limit (every 100th is logged).
         var refusedForDescriptors = 0
+        /// The table's answer to the sessions resumed at start, carried out by
+        /// `resumeTrustedSessionsAtStart` (dials, and the ends of the resume windows).
+        var startActions: [SessionTable.Action] = []
 
         /// The connection carrying `peer`'s session, if it is up.
         func session(_ peer: PeerID) -> PeerConnection? { table.connection(for: peer).flatMap { connections[$0] } }
@@ -79,9 +82,14 @@ public final class PeerNode: Sendable {
         self.onEvent = onEvent
         var table = SessionTable(localID: id, maxPeers: config.maxPeers)
         for entry in trust.all { table.trust(entry.peer) }
+        // Sessions with trusted peers that were up (or lost) when this board last stopped are
+        // taken back from the first moment (the listener starts before the daemon asks for
+        // the dials: `resumeTrustedSessionsAtStart`), dialled where this board reached them.
+        let resumed = trust.all.filter(\.resume)
+        let startActions = table.resumeAtStart(resumed.map { ($0.peer, $0.address != nil) }, now: .now, random: { Double.random(in: 0...1) })
         var initial = State(table: table)
-        // Where this board reached its trusted peers before it stopped: dialled again at start.
         for entry in trust.all { initial.lastReached[entry.peer] = entry.address }
+        initial.startActions = startActions
         state = Mutex(initial)
         let outbox: Outbox?
         do {
@@ -496,6 +504,10 @@ public final class PeerNode: Sendable {
             case .gaveUp(let peer, let attempts):
                 logger.notice("gave up redialling a trusted peer", ["peer.id": peer.shortText, "attempts": "\(attempts)"])
                 onEvent(.reconnectGaveUp(peer, attempts: attempts))
+            case .resumeWindow(let peer, let endsAt):
+                queue.asyncAfter(deadline: .now() + ContinuousClock.now.duration(to: endsAt).dispatchInterval) { [weak self] in
+                    self?.state.withLock { $0.table.resumeWindowEnded(peer) }
+                }
             }
         }
     }
@@ -553,9 +565,10 @@ public final class PeerNode: Sendable {
             return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded, peer)
         }
         let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
-        // A session (or our invitation) ended by a user's choice, on either side: the peer is
-        // not dialled after a restart either.
-        if let verifiedPeer, wasSession || reason == .declined, SessionTable.endsByChoice(reason) {
+        // A connection with the peer (its session, or an invitation) ended by a user's choice,
+        // on either side: the peer is not resumed after a restart either (as the table stops
+        // taking it back now).
+        if let verifiedPeer, SessionTable.endsByChoice(reason) {
             keepingTrust("a session ended by a choice is not marked so for a restart", verifiedPeer) { try trust.sessionEndedByChoice(verifiedPeer) }
         }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
@@ -608,19 +621,25 @@ public final class PeerNode: Sendable {
     }
 
     /// Takes back the trusted peers whose sessions were up (or lost) when this node last
-    /// stopped (`resume` in the trust store): their invitations accepted without asking, and
-    /// those a dial of ours had reached dialled again at that address, as after a drop
-    /// (`SessionTable.resumeAtStart`). A session cut by a restart or a reboot of either side
+    /// stopped (`resume` in the trust store): their invitations accepted without asking (from
+    /// the node's creation, for as long as they may be redialling it), and those a dial of ours
+    /// had reached dialled again at that address, as after a drop (`SessionTable.resumeAtStart`). A session cut by a restart or a reboot of either side
     /// comes back by itself: the side that dialled dials again, the side that was dialled
     /// takes it back, and a side that stayed up redials a peer that said it was stopping.
     /// The daemon calls it once at start, listening or not (a board that only dials is the
     /// one that must).
     public func resumeTrustedSessionsAtStart() {
-        let peers = trust.all.filter(\.resume).map { (peer: $0.peer, dial: $0.address != nil) }
-        guard !peers.isEmpty else { return }
-        logger.info("resuming the sessions of trusted peers", ["peers": "\(peers.count)", "dialled": "\(peers.filter(\.dial).count)"])
-        apply(state.withLock { $0.table.resumeAtStart(peers, now: .now, random: { Double.random(in: 0...1) }) })
+        let actions = state.withLock { s in
+            defer { s.startActions = [] }
+            return s.startActions
+        }
+        guard !actions.isEmpty else { return }
+        logger.info("resuming the sessions of trusted peers", ["peers": "\(actions.count)"])
+        apply(actions)
     }
+
+    /// Where a dial of this node last reached `peer`, dialled first when it is redialled.
+    func reachedAddress(of peer: PeerID) -> HostPort? { state.withLock { $0.lastReached[peer] } }
 
     /// The connection whose invitation from `peer` waits for a client's answer, if any (not
     /// one that lost the tie-break and is closing: its answer would go nowhere).

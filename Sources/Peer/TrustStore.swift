@@ -101,17 +101,6 @@ public final class TrustStore: Sendable {
         }
     }
 
-    /// `address` leads to another board now (its answer had another peer ID): forgotten if it
-    /// is `peer`'s. Throws as `trust` does.
-    @discardableResult
-    public func forgetAddress(_ peer: PeerID, _ address: HostPort) throws(TrustStoreError) -> Bool {
-        try change { e in
-            guard e[peer]?.address == address else { return false }
-            e[peer]?.address = nil
-            return true
-        }
-    }
-
     /// Forgets `peer` (saved at once); false when it was not trusted. Throws as `trust` does,
     /// the store unchanged.
     @discardableResult

@@ -27,6 +27,9 @@ public struct SessionTable: Sendable {
         case reconnect(PeerID, at: ContinuousClock.Instant, attempt: Int)
         /// Stop redialling this peer: `attempts` failed.
         case gaveUp(PeerID, attempts: Int)
+        /// At this instant, call `resumeWindowEnded` for this peer (taken back without asking
+        /// after a restart for as long as it may be redialling this side).
+        case resumeWindow(PeerID, endsAt: ContinuousClock.Instant)
     }
 
     /// The answer to an invitation received on a connection.
@@ -73,6 +76,14 @@ public struct SessionTable: Sendable {
     /// invitations are accepted without asking, on both sides, so a session comes back by
     /// itself.
     private var resumable: Set<PeerID> = []
+    /// Trusted peers with a redial scheduled and not yet due (`redialDue`): one chain of
+    /// attempts per peer, however many of its connections end meanwhile (two closes in one
+    /// attempt, say an address where another board answered and then the next address,
+    /// scheduled two chains that ran side by side).
+    private var redialPending: Set<PeerID> = []
+    /// Trusted peers whose redials gave up: not redialled again until a session with them
+    /// comes up (a later close of one of their connections does not start a new chain).
+    private var gaveUpOn: Set<PeerID> = []
 
     /// A table; `maxPeers` is kept within 1...64.
     public init(localID: PeerID, maxPeers: Int = 8, backoff: ReconnectBackoff = .standard) {
@@ -208,6 +219,8 @@ public struct SessionTable: Sendable {
         entries[id] = entry
         wanted.remove(peer)
         resumable.remove(peer)
+        redialPending.remove(peer)
+        gaveUpOn.remove(peer)
         if trusted[peer] != nil { trusted[peer] = 0 }
         guard reported[peer] == nil else { return [] }
         reported[peer] = id
@@ -250,21 +263,42 @@ public struct SessionTable: Sendable {
     /// ended by a choice: its invitations are accepted without asking, as after a drop, and
     /// those with `dial` (a dial of this side reached them before) are dialled again from the
     /// first attempt. A session cut by a restart or a reboot of either side then comes back
-    /// by itself: the side that dialled dials again, the side that was dialled takes it back.
+    /// by itself: the side that dialled dials again, the side that was dialled takes it back
+    /// while the other may still be redialling it (`ReconnectBackoff.longestChain` from
+    /// now: `resumeWindow`, then `resumeWindowEnded`), not for ever.
     public mutating func resumeAtStart(_ peers: [(peer: PeerID, dial: Bool)], now: ContinuousClock.Instant,
                                        random: () -> Double) -> [Action] {
         var out: [Action] = []
         for (peer, dial) in peers where trusted[peer] != nil {
             resumable.insert(peer)
-            if dial, shouldRedial(peer) { out += scheduleRedial(peer, failures: 0, now: now, random: random()) }
+            if dial, shouldRedial(peer) {
+                out += scheduleRedial(peer, failures: 0, now: now, random: random())
+            } else {
+                out.append(.resumeWindow(peer, endsAt: now + backoff.longestChain))
+            }
         }
         return out
+    }
+
+    /// The window after a restart in which `peer` was taken back without asking is over:
+    /// unless a session with it is up or this side is redialling it, its invitations are
+    /// answered by the policy again.
+    public mutating func resumeWindowEnded(_ peer: PeerID) {
+        guard reported[peer] == nil, !redialPending.contains(peer), trusted[peer] ?? 0 == 0 else { return }
+        resumable.remove(peer)
     }
 
     /// Whether a redial of `peer` due now should go ahead: it is still trusted and has no
     /// session or connection (the peer may have dialled this side meanwhile).
     public func shouldRedial(_ peer: PeerID) -> Bool {
         trusted[peer] != nil && reported[peer] == nil && !hasLiveConnection(to: peer)
+    }
+
+    /// The redial of `peer` scheduled by a `.reconnect` is due: whether to make it
+    /// (`shouldRedial`). The next attempt may be scheduled from now on (by the attempt's end).
+    public mutating func redialDue(_ peer: PeerID) -> Bool {
+        redialPending.remove(peer)
+        return shouldRedial(peer)
     }
 
     /// A redial of `peer` failed before any connection existed (no address known, the TCP
@@ -275,14 +309,18 @@ public struct SessionTable: Sendable {
     }
 
     private mutating func scheduleRedial(_ peer: PeerID, failures: Int, now: ContinuousClock.Instant, random: Double) -> [Action] {
+        // One chain at a time; none after giving up.
+        guard !redialPending.contains(peer), !gaveUpOn.contains(peer) else { return [] }
         let attempt = failures + 1
         trusted[peer] = attempt
         resumable.insert(peer)
         if let delay = backoff.delay(before: attempt, random: random) {
+            redialPending.insert(peer)
             return [.reconnect(peer, at: now + delay, attempt: attempt)]
         }
         trusted[peer] = 0
         resumable.remove(peer)
+        gaveUpOn.insert(peer)
         return [.gaveUp(peer, attempts: failures)]
     }
 
@@ -313,6 +351,8 @@ public struct SessionTable: Sendable {
     public mutating func distrust(_ peer: PeerID) {
         trusted[peer] = nil
         resumable.remove(peer)
+        redialPending.remove(peer)
+        gaveUpOn.remove(peer)
     }
 
     /// Whether `peer` is redialled after drops.
@@ -346,6 +386,12 @@ public struct ReconnectBackoff: Sendable, Hashable {
 
     /// The default: 0.5 s doubling to 30 s, ±20 %, 12 attempts (about 4 minutes in all).
     public static let standard = ReconnectBackoff()
+
+    /// The longest a whole chain of attempts can take (every delay at the top of its jitter;
+    /// the attempts' own time not counted): how long a peer may go on redialling.
+    public var longestChain: Duration {
+        (1...max(maxAttempts, 1)).reduce(Duration.zero) { $0 + (delay(before: $1, random: 1) ?? .zero) }
+    }
 
     /// The delay before attempt `attempt` (from 1), `random` in 0...1 placing it within the
     /// jitter (0.5: no jitter); nil past `maxAttempts`: give up.

@@ -52,9 +52,9 @@ import Testing
 
     /// A trusted peer's session up (with where a dial of ours reached it) marks it to come
     /// back after a restart, written once (the same again writes nothing) and read back; a
-    /// choice's end unmarks it and keeps the address; an address that now leads to another
-    /// board is forgotten (another address is not); an untrusted peer is not recorded. A file
-    /// without these (an older version's) reads as neither.
+    /// choice's end unmarks it and keeps the address; a later dial's address replaces it; an
+    /// untrusted peer is not recorded, nor one forgotten and trusted again. A file without
+    /// these (an older version's) reads as neither.
     @Test func aTrustedPeersSessionIsKeptForARestart() throws {
         let dir = try Directory()
         let path = dir.path + "/trusted-peers.json"
@@ -73,12 +73,11 @@ import Testing
         #expect(try !store.sessionEndedByChoice(a))
         read = try TrustStore(path: path).all
         #expect(read.map(\.address) == [there] && read.map(\.resume) == [false])
-        #expect(try !store.forgetAddress(a, here), "not its address")
-        #expect(try store.forgetAddress(a, there))
-        read = try TrustStore(path: path).all
-        #expect(read.map(\.address) == [nil])
+        #expect(try store.sessionUp(a, reachedAt: here))
+        #expect(try TrustStore(path: path).all.map(\.address) == [here], "the latest dial's address")
+        #expect(try store.forget(a) && store.trust(a, name: "a"))
         let text = String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
-        #expect(!text.contains("address") && !text.contains("resume"), "\(text)")
+        #expect(!text.contains("address") && !text.contains("resume"), "forgotten and trusted again: neither: \(text)")
     }
 
     @Test(arguments: [

@@ -249,6 +249,7 @@ import Testing
         var now = Self.t0 + .seconds(1)
         var schedule: [SessionTable.Action] = []
         for id in 2...4 as ClosedRange<ConnectionID> {
+            do { let due = t.redialDue(Self.high); #expect(due) }
             #expect(t.dialing(id, to: Self.high) == nil)
             now = now + .seconds(10)
             schedule += t.closed(id, reason: .timeout, now: now, random: 1)
@@ -269,6 +270,7 @@ import Testing
         #expect(t.closed(1, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Self.high, .normal)])
         _ = t.dialing(2, to: Self.high)
         #expect(t.closed(2, reason: .transportClosed, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+        do { let due = t.redialDue(Self.high); #expect(due) }
         _ = t.dialing(3, to: Self.high)
         #expect(t.closed(3, reason: .timeout, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 2)])
         // The peer comes back (it dialled us): the count starts again.
@@ -327,8 +329,9 @@ import Testing
         _ = t.connected(1)
         #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
                 == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
-        #expect(t.shouldRedial(Self.high))
+        do { let due = t.redialDue(Self.high); #expect(due) }
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(1), random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(3), attempt: 2)])
+        do { let due = t.redialDue(Self.high); #expect(due) }
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(3), random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
         // The peer dialled this side meanwhile: no redial, and a failure report changes nothing.
         t.accepted(2)
@@ -368,8 +371,12 @@ import Testing
         t.accepted(1)
         _ = t.identified(1, as: Self.peer3)
         let untrusted = Fixtures.peer(0x04)
+        let window = t.backoff.longestChain
         #expect(t.resumeAtStart([(Self.high, true), (Self.peer3, true), (untrusted, true), (peer5, false)], now: Self.t0, random: { 0.5 })
-                == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
+                == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1),
+                    .resumeWindow(Self.peer3, endsAt: Self.t0 + window), .resumeWindow(peer5, endsAt: Self.t0 + window)])
+        // The default chain: 0.5 s doubling to 30 s, 12 attempts, each at +20 %.
+        #expect(window == .milliseconds(Int64((500 + 1000 + 2000 + 4000 + 8000 + 16000 + 6 * 30000) * 1.2)))
         for (id, peer) in [(2, Self.high), (3, peer5)] as [(ConnectionID, PeerID)] {
             t.accepted(id)
             _ = t.identified(id, as: peer)
@@ -383,6 +390,47 @@ import Testing
         u.accepted(1)
         _ = u.identified(1, as: Self.high)
         #expect(u.invitation(on: 1) == .ask, "without the restart's resume, asked as usual")
+        // The window ends: a peer this side does not redial is asked again; one it redials is not.
+        var w = SessionTable(localID: Self.low)
+        w.trust(Self.high)
+        w.trust(peer5)
+        _ = w.resumeAtStart([(Self.high, true), (peer5, false)], now: Self.t0, random: { 0.5 })
+        w.resumeWindowEnded(peer5)
+        w.resumeWindowEnded(Self.high)
+        for (id, peer, answer) in [(1, peer5, SessionTable.InvitationDecision.ask), (2, Self.high, .accept)] as [(ConnectionID, PeerID, SessionTable.InvitationDecision)] {
+            w.accepted(id)
+            _ = w.identified(id, as: peer)
+            #expect(w.invitation(on: id) == answer)
+        }
+    }
+
+    /// One chain of redials per peer: two of its connections ending within one attempt (an
+    /// address where another board answered, then the next address) schedule one redial,
+    /// and once the chain gave up a later close does not start another.
+    @Test func aPeerHasOneChainOfRedials() {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        do { let due = t.redialDue(Self.high); #expect(due) }
+        _ = t.dialing(2, to: Self.high)
+        #expect(t.closed(2, reason: .identityMismatch, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(2), attempt: 2)])
+        _ = t.dialing(3, to: Self.high)
+        #expect(t.closed(3, reason: .timeout, now: Self.t0, random: 0.5).isEmpty, "the attempt's second close: the chain has its next attempt")
+        do { let due = t.redialDue(Self.high); #expect(due) }
+        _ = t.dialing(4, to: Self.high)
+        #expect(t.closed(4, reason: .timeout, now: Self.t0, random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
+        _ = t.dialing(5, to: Self.high)
+        #expect(t.closed(5, reason: .timeout, now: Self.t0, random: 0.5).isEmpty, "given up: no new chain")
+        // A session resets it all.
+        t.accepted(6)
+        _ = t.identified(6, as: Self.high)
+        _ = t.connected(6)
+        #expect(t.closed(6, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
     }
 
     static let peer3 = Fixtures.peer(0x03)
