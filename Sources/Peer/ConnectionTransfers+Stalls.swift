@@ -50,9 +50,10 @@ extension ConnectionTransfers {
                            _ out: inout Outcome) {
         receiving[id] = nil
         out.released += r.heldCredit
-        let kept = file.suspend()
+        // Recorded off the lock, after the writes given so far: the part keeps `received`.
+        file.suspend()
         out.events.append(.ended(id: id, outgoing: false, reason: .timeout,
-                                 detail: "\(why); the \(kept) bytes received are kept for a resume", byPeer: byPeer, bytes: r.received))
+                                 detail: "\(why); the \(r.received) bytes received are kept for a resume", byPeer: byPeer, bytes: r.received))
     }
 
     /// Whether a resource of ours waits for the peer to take its data (accepted, with data

@@ -231,10 +231,11 @@ struct ConnectionTransfers {
                 sending[id] = nil
                 out.events.append(.interrupted(id: id, outgoing: true, bytes: t.position))
             } else if let r = receiving[id], !r.finishing {
-                // (One being saved stays: its verdict reports it.)
+                // (One being saved stays: its verdict reports it.) Recorded off the lock, after
+                // the writes given so far: the part keeps `received`.
                 receiving[id] = nil
-                let bytes = r.file?.suspend() ?? 0
-                out.events.append(.interrupted(id: id, outgoing: false, bytes: bytes))
+                r.file?.suspend()
+                out.events.append(.interrupted(id: id, outgoing: false, bytes: r.file == nil ? 0 : r.received))
             }
         }
         // Never `normal` for a stream: that says every byte reached the reader.

@@ -46,6 +46,9 @@ public final class Inbox: @unchecked Sendable {
     /// Runs as a received file, verified, is about to be flushed and saved, on its writer's
     /// queue (tests hold a save there, as a slow card's flush would).
     let beforeSaving: @Sendable () -> Void
+    /// Runs as the part of a transfer that stopped is about to be recorded for a resume
+    /// (`IncomingFile.suspend`: a flush), on its writer's queue (tests hold it there).
+    let beforeRecording: @Sendable () -> Void
     /// The open parts: their keys, and the bytes each still awaits (lowered as bytes arrive).
     /// Parts are written on their own queues, so under a lock.
     private let open = Mutex(OpenParts())
@@ -85,9 +88,11 @@ public final class Inbox: @unchecked Sendable {
     public init(directory: String, limits: Limits = Limits(), bootID: String = Inbox.currentBootID(),
                 now: Int64 = FileIdentity.wallClockNanoseconds(), duplicateWait: Duration = .seconds(2),
                 freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) },
-                beforeSaving: @escaping @Sendable () -> Void = {}) throws(InboxError) {
+                beforeSaving: @escaping @Sendable () -> Void = {},
+                beforeRecording: @escaping @Sendable () -> Void = {}) throws(InboxError) {
         self.directory = directory
         self.beforeSaving = beforeSaving
+        self.beforeRecording = beforeRecording
         self.limits = limits
         self.bootID = bootID
         self.freeSpace = freeSpace

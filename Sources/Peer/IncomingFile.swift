@@ -188,6 +188,7 @@ public final class IncomingFile: @unchecked Sendable {
     /// The transfer stopped but may resume (the link dropped): records what is on the disk.
     public func suspend() {
         guard !ended else { return }
+        inbox.beforeRecording()
         try? checkpoint()
         ended = true
         file?.close()

@@ -11,8 +11,9 @@
 /// `ConnectionTransfers.writeAhead` behind, the connection holds the peer's window back until
 /// it catches up, so what waits here stays bounded. Finishing (verify, flush, save) runs
 /// after the writes before it and is reported the same way, so the connection goes on while
-/// the file is flushed. Suspending and discarding wait for the writes before them, so they
-/// see the whole file: these are rare (a session or a resource that ended early).
+/// the file is flushed; so does suspending (the part recorded for a resume, a flush too), at
+/// a session's end or a stall. Discarding waits for the writes before it, so it sees the
+/// whole file: that is rare (a resource that ended early), and flushes nothing.
 final class IncomingFileWriter: @unchecked Sendable {
     private let file: IncomingFile
     private let queue = DispatchQueue(label: "peerlink.inbox-writer")
@@ -58,13 +59,12 @@ final class IncomingFileWriter: @unchecked Sendable {
     }
 
     /// The transfer stopped and may resume: once the writes before are done, records what is
-    /// on the disk. Returns the bytes the part holds.
-    @discardableResult
-    func suspend() -> UInt64 {
-        queue.sync {
-            file.suspend()
-            return file.received
-        }
+    /// on the disk (`IncomingFile.suspend`, a flush: on an SD card most of a second), without
+    /// the caller waiting, for it holds the connection's lock. The part's key is free for
+    /// another transfer of the same content (which waits for it: `Inbox.receive`) only once
+    /// recorded; a stopping daemon waits for that too (`Inbox.openParts`).
+    func suspend() {
+        queue.async { [file] in file.suspend() }
     }
 
     /// The transfer is over without a file: once the writes before are done, the part goes.

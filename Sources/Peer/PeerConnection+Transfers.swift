@@ -111,9 +111,9 @@ extension PeerConnection {
     /// on the queue. Most writes have nothing to give back (the window went back as the bytes
     /// arrived): those are counted under the lock on the writer's thread, without a trip to
     /// the queue (a thread switch per 64 KiB chunk, half of a receiver's). Only if the lock is
-    /// free: its holder may be waiting for this very writer (a session's end suspends its
-    /// parts, `IncomingFileWriter.suspend` waiting for the writes before it under the lock),
-    /// so the writer never waits for it.
+    /// free: its holder may be waiting for this very writer (a resource that ended early
+    /// discards its part, `IncomingFileWriter.discard` waiting for the writes before it under
+    /// the lock), so the writer never waits for it.
     func startWrites(_ writes: [(id: UInt32, writer: IncomingFileWriter, bytes: [UInt8])]) {
         for (id, writer, bytes) in writes {
             let count = bytes.count

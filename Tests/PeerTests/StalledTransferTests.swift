@@ -99,6 +99,29 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == Data(content))
     }
 
+    /// The part of a resource that stalled is recorded for a resume (a flush: most of a
+    /// second on an SD card) off the connection's lock: while the recording is held, the
+    /// peer hears the timeout and the session carries a message; once recorded, the same
+    /// content resumes from it. (The recording ran under the lock: nothing moved meanwhile.)
+    @Test func aStalledPartIsRecordedWhileTheSessionGoesOn() async throws {
+        let dir = try Directory()
+        let gate = PeerResourceTests.SaveGate()
+        let inbox = try Inbox(directory: dir.path + "/inbox", beforeRecording: { gate.hold() })
+        let (a, raw, _) = try await PeerFlowTests.rawSession("held", inbox: inbox, transferIdleTimeout: Self.idle)
+        defer { raw.close(); a.node.stop() }
+        defer { gate.open() }  // first: a held recording must not outlive a failed expectation
+        let content = InboxTests.content(300_000)
+        let offer = ResourceOffer(resourceID: 1, name: "held.bin", size: 300_000, sha256: try SHA256Digest.hash(content), mediaType: "x/y")
+        #expect(try await Self.offer(raw, offer, then: [.resourceData(resourceID: 1, data: Array(content[0..<50_000]))])
+                == .resourceAccept(resourceID: 1, offset: 0))
+        #expect(await gate.entered(), "the stalled part is being recorded")
+        #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: 1, reason: .timeout))
+        #expect(try await Raw.stillUp(a, raw, 1), "a message crossed while the part was recorded")
+        gate.open()
+        let again = ResourceOffer(resourceID: 3, name: "held.bin", size: 300_000, sha256: offer.sha256, mediaType: "x/y")
+        #expect(try await Self.offer(raw, again, then: []) == .resourceAccept(resourceID: 3, offset: 50_000))
+    }
+
     /// The node as the sender: a peer that ends its resource `timeout` is reported so, and
     /// the node's client is told that sending the file again resumes it.
     @Test func theSenderIsToldATimedOutResourceResumesWhenSentAgain() async throws {
