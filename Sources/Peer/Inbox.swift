@@ -47,7 +47,8 @@ public final class Inbox: @unchecked Sendable {
     /// queue (tests hold a save there, as a slow card's flush would).
     let beforeSaving: @Sendable () -> Void
     /// Runs as the part of a transfer that stopped is about to be recorded for a resume
-    /// (`IncomingFile.suspend`: a flush), on its writer's queue (tests hold it there).
+    /// (`IncomingFile.suspend`: a flush), on its writer's queue (tests hold it there; an
+    /// accept that lost a race to the offer's end records under the connection's lock).
     let beforeRecording: @Sendable () -> Void
     /// The open parts: their keys, and the bytes each still awaits (lowered as bytes arrive).
     /// Parts are written on their own queues, so under a lock.
@@ -55,7 +56,15 @@ public final class Inbox: @unchecked Sendable {
     private struct OpenParts {
         var keys: Set<String> = []
         var promised: [ObjectIdentifier: UInt64] = [:]
+        /// Keys whose parts receive nothing more and are being recorded for a resume.
+        var recording: Set<String> = []
     }
+
+    /// How long a transfer waits for a part of the same content that is being recorded for
+    /// a resume (`recording`): the recording comes after the part's pending writes and ends
+    /// with a flush, which on a slow card can take seconds; the peer that offers it again
+    /// right after its cancel must get the part, not `duplicate`.
+    public static let recordingWait: Duration = .seconds(30)
 
     /// What the inbox accepts.
     public struct Limits: Sendable, Hashable {
@@ -166,14 +175,28 @@ public final class Inbox: @unchecked Sendable {
         return part
     }
 
-    /// Takes the part's key, waiting up to `duplicateWait` while another transfer holds it.
+    /// Takes the part's key, waiting up to `duplicateWait` while another transfer holds it,
+    /// and up to `recordingWait` while that transfer's part is being recorded for a resume.
     private func claim(_ key: String, _ name: String) throws(InboxError) {
-        let deadline = ContinuousClock.now + duplicateWait
-        while !open.withLock({ $0.keys.insert(key).inserted }) {
+        let start = ContinuousClock.now
+        while true {
+            let (taken, recording) = open.withLock { o in (o.keys.insert(key).inserted, o.recording.contains(key)) }
+            if taken { return }
             // Polled: a dying session's transfer gives the key back within moments, and this
             // runs on a thread of its own (`PeerConnection.acceptResource`).
-            guard ContinuousClock.now < deadline else { throw .alreadyReceiving(name) }
+            guard ContinuousClock.now - start < (recording ? Self.recordingWait : duplicateWait) else { throw .alreadyReceiving(name) }
             Duration.milliseconds(10).sleepBlocking()
+        }
+    }
+
+    /// `part` receives nothing more: it is to be recorded for a resume once its pending
+    /// writes are done (`IncomingFileWriter.suspend`). Its promised bytes no longer count
+    /// (the same content offered again is checked for room meanwhile), and a transfer of the
+    /// same content waits for the record (`claim`).
+    func recording(_ part: IncomingFile, key: String) {
+        open.withLock { o in
+            o.recording.insert(key)
+            o.promised[ObjectIdentifier(part)] = nil
         }
     }
 
@@ -199,6 +222,7 @@ public final class Inbox: @unchecked Sendable {
     func ended(_ part: IncomingFile, key: String) {
         open.withLock { o in
             o.keys.remove(key)
+            o.recording.remove(key)
             o.promised[ObjectIdentifier(part)] = nil
         }
     }

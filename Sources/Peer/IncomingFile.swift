@@ -185,6 +185,11 @@ public final class IncomingFile: @unchecked Sendable {
         }
     }
 
+    /// The transfer stopped and will be recorded for a resume once its pending writes are
+    /// done (`IncomingFileWriter.suspend`): nothing more is promised for it, and a transfer of
+    /// the same content waits for the record.
+    func willSuspend() { inbox.recording(self, key: key) }
+
     /// The transfer stopped but may resume (the link dropped): records what is on the disk.
     public func suspend() {
         guard !ended else { return }

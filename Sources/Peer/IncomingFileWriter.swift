@@ -64,6 +64,7 @@ final class IncomingFileWriter: @unchecked Sendable {
     /// another transfer of the same content (which waits for it: `Inbox.receive`) only once
     /// recorded; a stopping daemon waits for that too (`Inbox.openParts`).
     func suspend() {
+        file.willSuspend()
         queue.async { [file] in file.suspend() }
     }
 

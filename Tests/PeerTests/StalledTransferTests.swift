@@ -101,12 +101,14 @@ import Testing
 
     /// The part of a resource that stalled is recorded for a resume (a flush: most of a
     /// second on an SD card) off the connection's lock: while the recording is held, the
-    /// peer hears the timeout and the session carries a message; once recorded, the same
-    /// content resumes from it. (The recording ran under the lock: nothing moved meanwhile.)
+    /// peer hears the timeout and the session carries a message (the recording ran under the
+    /// lock: nothing moved meanwhile). The same content offered again at once waits for the
+    /// record, longer than a transfer that holds the part would be waited for
+    /// (`duplicateWait`, short here), and resumes from it: not `duplicate`.
     @Test func aStalledPartIsRecordedWhileTheSessionGoesOn() async throws {
         let dir = try Directory()
         let gate = PeerResourceTests.SaveGate()
-        let inbox = try Inbox(directory: dir.path + "/inbox", beforeRecording: { gate.hold() })
+        let inbox = try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeRecording: { gate.hold() })
         let (a, raw, _) = try await PeerFlowTests.rawSession("held", inbox: inbox, transferIdleTimeout: Self.idle)
         defer { raw.close(); a.node.stop() }
         defer { gate.open() }  // first: a held recording must not outlive a failed expectation
@@ -117,9 +119,11 @@ import Testing
         #expect(await gate.entered(), "the stalled part is being recorded")
         #expect(try await Raw.frame(raw, Raw.cancelOrDone) == .resourceCancel(resourceID: 1, reason: .timeout))
         #expect(try await Raw.stillUp(a, raw, 1), "a message crossed while the part was recorded")
-        gate.open()
         let again = ResourceOffer(resourceID: 3, name: "held.bin", size: 300_000, sha256: offer.sha256, mediaType: "x/y")
-        #expect(try await Self.offer(raw, again, then: []) == .resourceAccept(resourceID: 3, offset: 50_000))
+        let answer = Task { try await Self.offer(raw, again, then: []) }
+        try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait while the record is held)
+        gate.open()
+        #expect(try await answer.value == .resourceAccept(resourceID: 3, offset: 50_000))
     }
 
     /// The node as the sender: a peer that ends its resource `timeout` is reported so, and
