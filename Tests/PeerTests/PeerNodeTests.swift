@@ -399,14 +399,7 @@ import Testing
         let dir = try InboxTests.Directory()
         let bIdentity = try TLSIdentity.ephemeral(), bTrust = dir.path + "/b-trusted.json"
         let a = try Node("board-a", accept: .ask), b = try Node("board-b", accept: .ask, identity: bIdentity, trustPath: bTrust)
-        let dial = Task { try await b.node.connect(to: try a.address) }
-        guard case .invitation(let i)? = await a.wait("invitation", Self.isInvitation) else {
-            Issue.record("no invitation"); return
-        }
-        try a.node.answer(invitation: i.id, accept: true)
-        _ = try await dial.value
-        try a.node.setTrusted(b.node.peerID, name: "board-b", true)
-        try b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        try await Self.askedAndTrusted(b, dials: a)
         let kept = try TrustStore(path: bTrust).all
         #expect(kept.map(\.address) == [try a.address] && kept.map(\.resume) == [true], "b's session with a, kept for a restart")
         b.node.stop()
@@ -434,14 +427,7 @@ import Testing
         let dir = try InboxTests.Directory()
         let aIdentity = try TLSIdentity.ephemeral(), aTrust = dir.path + "/a-trusted.json", port = try Self.portNobodyElseGets()
         let a = try Node("board-a", accept: .ask, identity: aIdentity, port: port, trustPath: aTrust), b = try Node("board-b", accept: .ask)
-        let dial = Task { try await b.node.connect(to: try a.address) }
-        guard case .invitation(let i)? = await a.wait("invitation", Self.isInvitation) else {
-            Issue.record("no invitation"); return
-        }
-        try a.node.answer(invitation: i.id, accept: true)
-        _ = try await dial.value
-        try a.node.setTrusted(b.node.peerID, name: "board-b", true)
-        try b.node.setTrusted(a.node.peerID, name: "board-a", true)
+        try await Self.askedAndTrusted(b, dials: a)
         a.node.stop()
         #expect(await b.wait("a stopped") { if case .disconnected(let d) = $0 { d.reason == .shuttingDown && d.byPeer } else { false } } != nil)
         let a2 = try Node("board-a", accept: .ask, identity: aIdentity, port: port, trustPath: aTrust)
@@ -481,6 +467,19 @@ import Testing
         let s = try await b.node.connect(toFirstOf: [try c.address, try d.address], expected: d.node.peerID)
         #expect(s.peer == d.node.peerID)
         for n in [b, c, d] { n.node.stop() }
+    }
+
+    /// `dialer` connects to `listener`, whose client accepts the invitation (its policy asks),
+    /// and both trust each other.
+    static func askedAndTrusted(_ dialer: Node, dials listener: Node) async throws {
+        let dial = Task { try await dialer.node.connect(to: try listener.address) }
+        guard case .invitation(let i)? = await listener.wait("invitation", Self.isInvitation) else {
+            throw TestSupportError("no invitation reached \(listener.node.config.displayName)")
+        }
+        try listener.node.answer(invitation: i.id, accept: true)
+        _ = try await dial.value
+        try listener.node.setTrusted(dialer.node.peerID, name: dialer.node.config.displayName, true)
+        try dialer.node.setTrusted(listener.node.peerID, name: listener.node.config.displayName, true)
     }
 
     /// A free port below the kernel's ephemeral range (`ip_local_port_range`, from 32768 by

@@ -322,14 +322,7 @@ import Testing
     }
 
     @Test func aRedialThatCannotConnectSchedulesTheNext() {
-        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
-        t.trust(Self.high)
-        _ = t.dialing(1, to: Self.high)
-        _ = t.identified(1, as: Self.high)
-        _ = t.connected(1)
-        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
-                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
-        do { let due = t.redialDue(Self.high); #expect(due) }
+        var t = Self.lostTrustedSession()
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(1), random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(3), attempt: 2)])
         do { let due = t.redialDue(Self.high); #expect(due) }
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(3), random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
@@ -408,14 +401,7 @@ import Testing
     /// address where another board answered, then the next address) schedule one redial,
     /// and once the chain gave up a later close does not start another.
     @Test func aPeerHasOneChainOfRedials() {
-        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
-        t.trust(Self.high)
-        _ = t.dialing(1, to: Self.high)
-        _ = t.identified(1, as: Self.high)
-        _ = t.connected(1)
-        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
-                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
-        do { let due = t.redialDue(Self.high); #expect(due) }
+        var t = Self.lostTrustedSession()
         _ = t.dialing(2, to: Self.high)
         #expect(t.closed(2, reason: .identityMismatch, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(2), attempt: 2)])
         _ = t.dialing(3, to: Self.high)
@@ -431,6 +417,21 @@ import Testing
         _ = t.connected(6)
         #expect(t.closed(6, reason: .lost, now: Self.t0, random: 0.5)
                 == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+    }
+
+    /// A table (backoff 1 s doubling to 8 s, no jitter, 2 attempts) whose trusted session
+    /// with `high`, dialled on connection 1, was lost: its first redial scheduled and due.
+    static func lostTrustedSession() -> SessionTable {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        let due = t.redialDue(Self.high)
+        #expect(due)
+        return t
     }
 
     static let peer3 = Fixtures.peer(0x03)
