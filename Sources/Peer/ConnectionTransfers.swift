@@ -235,7 +235,7 @@ struct ConnectionTransfers {
                 // the writes given so far: the part keeps `received`.
                 receiving[id] = nil
                 r.file?.suspend()
-                out.events.append(.interrupted(id: id, outgoing: false, bytes: r.file == nil ? 0 : r.received))
+                out.events.append(.interrupted(id: id, outgoing: false, bytes: r.received))
             }
         }
         // Never `normal` for a stream: that says every byte reached the reader.

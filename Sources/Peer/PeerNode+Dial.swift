@@ -88,6 +88,45 @@ extension PeerNode {
 
     private struct NoWaitingInvitation: Error {}
 
+    /// Parks a `connect` call until `peer`'s session is up on another connection; it fails
+    /// if none comes within the invitation time. The peer's invitation, if one waits for a
+    /// client's answer, has it now: this `connect` (`acceptWaitingInvitation`). Without that
+    /// the peer's connection, which carries the session, waited for a client that need not
+    /// answer (both sides invited at once under `accept = ask`), and both calls failed when
+    /// the invitation timed out.
+    func moveWaiter(_ k: Waiter, to peer: PeerID, _ s: inout State) {
+        s.movedWaiters[peer, default: []].append(k)
+        acceptWaitingInvitation(from: peer, &s)
+        let limit = Self.movedWaiterLimit
+        queue.asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds))) { [weak self] in
+            guard let self else { return }
+            let expired = self.state.withLock { s -> [Waiter] in
+                guard s.table.connection(for: peer) == nil, let ks = s.movedWaiters.removeValue(forKey: peer) else { return [] }
+                s.table.stopWanting(peer)
+                return ks
+            }
+            for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
+        }
+    }
+
+    /// The connection whose invitation from `peer` waits for a client's answer, if any (not
+    /// one that lost the tie-break and is closing: its answer would go nowhere).
+    func waitingInvitation(from peer: PeerID, _ s: State) -> PeerConnection? {
+        s.invitations.first { $0.value.peer == peer && !s.table.isSuperseded($0.key) }.flatMap { s.connections[$0.key] }
+    }
+
+    /// A `connect` to `peer` answers its waiting invitation: accepted, as `answer` would (or
+    /// declined `full` when the table has filled meanwhile). The answer is only queued on the
+    /// connection (`input`), so this runs under the node's lock, in the same step that parks
+    /// the `connect`: whatever the connection does next finds it waiting.
+    private func acceptWaitingInvitation(from peer: PeerID, _ s: inout State) {
+        guard !s.stopped, let c = waitingInvitation(from: peer, s) else { return }
+        s.invitations[c.id] = nil
+        let (logger, id) = (logger, c.id)
+        queue.async { logger.info("a connect answers the peer's waiting invitation", ["peer.id": peer.shortText, "peer.connection": "\(id)"]) }
+        c.input(s.table.isFull(for: peer) ? .decline(.full) : .accept)
+    }
+
     /// A TCP connect that failed: `connect` tries the next address.
     private struct ConnectFailed: Error { let error: any Error }
 

@@ -81,14 +81,15 @@ public final class PeerNode: Sendable {
         self.logger = logger
         self.onEvent = onEvent
         var table = SessionTable(localID: id, maxPeers: config.maxPeers)
-        for entry in trust.all { table.trust(entry.peer) }
+        let trusted = trust.all
+        for entry in trusted { table.trust(entry.peer) }
         // Sessions with trusted peers that were up (or lost) when this board last stopped are
         // taken back from the first moment (the listener starts before the daemon asks for
         // the dials: `resumeTrustedSessionsAtStart`), dialled where this board reached them.
-        let resumed = trust.all.filter(\.resume)
+        let resumed = trusted.filter(\.resume)
         let startActions = table.resumeAtStart(resumed.map { ($0.peer, $0.address != nil) }, now: .now, random: { Double.random(in: 0...1) })
         var initial = State(table: table)
-        for entry in trust.all { initial.lastReached[entry.peer] = entry.address }
+        for entry in trusted { initial.lastReached[entry.peer] = entry.address }
         initial.startActions = startActions
         state = Mutex(initial)
         let outbox: Outbox?
@@ -106,21 +107,6 @@ public final class PeerNode: Sendable {
     /// DNS-SD browse results): asked when a trusted peer is redialled.
     public func setAddressSource(_ source: @escaping @Sendable (PeerID) -> [HostPort]) {
         state.withLock { $0.addressSource = source }
-    }
-
-    /// Trusts `peer` (or stops trusting it): persisted in the trust store, and a trusted peer
-    /// whose session is lost is redialled with backoff. Throws when the store cannot be
-    /// saved; nothing changed then.
-    @discardableResult
-    public func setTrusted(_ peer: PeerID, name: String, _ trusted: Bool) throws(TrustStoreError) -> Bool {
-        let changed = trusted ? try trust.trust(peer, name: name) : try trust.forget(peer)
-        let (up, reached) = state.withLock { s -> (Bool, HostPort?) in
-            trusted ? s.table.trust(peer) : s.table.distrust(peer)
-            return (s.session(peer) != nil, s.lastReached[peer])
-        }
-        // Trusted while its session is up: that session comes back after a restart.
-        if trusted, up { noteSessionUp(peer, reachedAt: reached) }
-        return changed
     }
 
     /// Listens for peers (on `config.port`, 0: any); returns the port.
@@ -581,82 +567,6 @@ public final class PeerNode: Sendable {
         if wasSession || !superseded { onEvent(.disconnected(info)) }
         if invitation != nil { onEvent(.invitationEnded(info)) }
         for w in waiters { w.resume(throwing: PeerError.refused(info)) }
-    }
-
-    /// Parks a `connect` call until `peer`'s session is up on another connection; it fails
-    /// if none comes within the invitation time. The peer's invitation, if one waits for a
-    /// client's answer, has it now: this `connect` (`acceptWaitingInvitation`). Without that
-    /// the peer's connection, which carries the session, waited for a client that need not
-    /// answer (both sides invited at once under `accept = ask`), and both calls failed when
-    /// the invitation timed out.
-    func moveWaiter(_ k: Waiter, to peer: PeerID, _ s: inout State) {
-        s.movedWaiters[peer, default: []].append(k)
-        acceptWaitingInvitation(from: peer, &s)
-        let limit = Self.movedWaiterLimit
-        queue.asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds))) { [weak self] in
-            guard let self else { return }
-            let expired = self.state.withLock { s -> [Waiter] in
-                guard s.table.connection(for: peer) == nil, let ks = s.movedWaiters.removeValue(forKey: peer) else { return [] }
-                s.table.stopWanting(peer)
-                return ks
-            }
-            for k in expired { k.resume(throwing: PeerError.unreachable(peer.shortText, "its own connection never brought the session")) }
-        }
-    }
-
-    /// A session with `peer` is up: if the peer is trusted, the trust store marks it to come
-    /// back after a restart, with where a dial of ours reached it (`reachedAt`).
-    private func noteSessionUp(_ peer: PeerID, reachedAt: HostPort?) {
-        keepingTrust("a trusted session is not marked to come back after a restart", peer) { try trust.sessionUp(peer, reachedAt: reachedAt) }
-    }
-
-    /// Runs a trust store change that only serves restarts: one that cannot be saved (a full
-    /// or read-only disk) is logged, and the session is not worse for it.
-    func keepingTrust(_ what: String, _ peer: PeerID, _ change: () throws -> Bool) {
-        do {
-            _ = try change()
-        } catch {
-            logger.warning(what, ["peer.id": peer.shortText, "error": "\(error)"])
-        }
-    }
-
-    /// Takes back the trusted peers whose sessions were up (or lost) when this node last
-    /// stopped (`resume` in the trust store): their invitations accepted without asking (from
-    /// the node's creation, for as long as they may be redialling it), and those a dial of ours
-    /// had reached dialled again at that address, as after a drop (`SessionTable.resumeAtStart`). A session cut by a restart or a reboot of either side
-    /// comes back by itself: the side that dialled dials again, the side that was dialled
-    /// takes it back, and a side that stayed up redials a peer that said it was stopping.
-    /// The daemon calls it once at start, listening or not (a board that only dials is the
-    /// one that must).
-    public func resumeTrustedSessionsAtStart() {
-        let actions = state.withLock { s in
-            defer { s.startActions = [] }
-            return s.startActions
-        }
-        guard !actions.isEmpty else { return }
-        logger.info("resuming the sessions of trusted peers", ["peers": "\(actions.count)"])
-        apply(actions)
-    }
-
-    /// Where a dial of this node last reached `peer`, dialled first when it is redialled.
-    func reachedAddress(of peer: PeerID) -> HostPort? { state.withLock { $0.lastReached[peer] } }
-
-    /// The connection whose invitation from `peer` waits for a client's answer, if any (not
-    /// one that lost the tie-break and is closing: its answer would go nowhere).
-    func waitingInvitation(from peer: PeerID, _ s: State) -> PeerConnection? {
-        s.invitations.first { $0.value.peer == peer && !s.table.isSuperseded($0.key) }.flatMap { s.connections[$0.key] }
-    }
-
-    /// A `connect` to `peer` answers its waiting invitation: accepted, as `answer` would (or
-    /// declined `full` when the table has filled meanwhile). The answer is only queued on the
-    /// connection (`input`), so this runs under the node's lock, in the same step that parks
-    /// the `connect`: whatever the connection does next finds it waiting.
-    private func acceptWaitingInvitation(from peer: PeerID, _ s: inout State) {
-        guard !s.stopped, let c = waitingInvitation(from: peer, s) else { return }
-        s.invitations[c.id] = nil
-        let (logger, id) = (logger, c.id)
-        queue.async { logger.info("a connect answers the peer's waiting invitation", ["peer.id": peer.shortText, "peer.connection": "\(id)"]) }
-        c.input(s.table.isFull(for: peer) ? .decline(.full) : .accept)
     }
 
     func summary(_ c: PeerConnection) -> PeerSummary? {
