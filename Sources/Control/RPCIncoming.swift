@@ -10,7 +10,8 @@ public enum RPCIncoming: Sendable {
 
     /// Classifies one line (without its newline).
     ///
-    /// An empty array is `.invalid(invalidRequest "empty batch")`; an array inside a
+    /// An empty array is `.invalid(invalidRequest "empty batch")`, and so is one of more than
+    /// `maxBatch` elements; an array inside a
     /// batch is an invalid element, not a nested batch.
     public static func parse(line: some Collection<UInt8>) -> RPCIncoming {
         let value: JSONValue
@@ -21,10 +22,18 @@ public enum RPCIncoming: Sendable {
         }
         if case .array(let elements) = value {
             if elements.isEmpty { return .invalid(id: .null, error: .invalidRequest("empty batch")) }
+            // Each element is answered: a megabyte of `[1,1,...]` would otherwise ask for
+            // half a million error objects, a reply sixty times the request.
+            guard elements.count <= maxBatch else {
+                return .invalid(id: .null, error: .invalidRequest("a batch of \(elements.count) requests: at most \(maxBatch) in one"))
+            }
             return .batch(elements.map { classify($0, inBatch: true) })
         }
         return classify(value, inBatch: false)
     }
+
+    /// The most requests one batch may hold.
+    public static let maxBatch = 256
 
     /// The members a request may have.
     private static let knownMembers: Set<String> = ["jsonrpc", "method", "params", "id"]

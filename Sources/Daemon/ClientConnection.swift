@@ -27,6 +27,12 @@ final class ClientConnection: Sendable {
         case request([UInt8])
         /// The line was too long: answer with this error, then close.
         case fatal(RPCError)
+
+        /// The memory it holds, about.
+        var byteCount: Int {
+            if case .request(let bytes) = self { return bytes.count }
+            return 0
+        }
     }
 
     private struct State {
@@ -36,6 +42,8 @@ final class ClientConnection: Sendable {
         var closing = false
         var inputDone = false
         var partialTimer: DispatchSourceTimer?
+        /// Not read while its requests wait (`holdInput`).
+        var held = false
         /// Event topic filters; nil when the client has not subscribed.
         var topics: [String]?
         /// Run once when the connection closes (resources owned by the connection).
@@ -95,12 +103,17 @@ final class ClientConnection: Sendable {
     /// Frames received bytes into lines; false when the connection must stop reading.
     private func take(_ bytes: [UInt8], _ out: inout [Line], ended: inout Bool) -> Bool {
         var tooLong = false
+        // A line begun in these bytes (after one they ended, or with none unfinished before)
+        // has its own time to finish: the timer starts again.
+        var lineBegun = false
         let done = state.withLock { s -> Bool in
             if s.inputDone || s.closed || s.closing { return true }
+            var ended = s.framer.bufferedByteCount == 0
             s.framer.append(bytes[...])
             while true {
                 do {
                     guard let line = try s.framer.nextLine() else { break }
+                    ended = true
                     // Blank lines between requests are tolerated.
                     if !line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { out.append(.request(line)) }
                 } catch {
@@ -108,6 +121,7 @@ final class ClientConnection: Sendable {
                     break
                 }
             }
+            lineBegun = ended && s.framer.bufferedByteCount > 0
             return false
         }
         if done { return false }
@@ -120,17 +134,16 @@ final class ClientConnection: Sendable {
             ended = endInput()
             return false
         }
-        armPartialTimerIfNeeded()
+        armPartialTimerIfNeeded(restart: lineBegun)
         return true
     }
 
-    /// A client that starts a line must finish it within the request timeout.
-    private func armPartialTimerIfNeeded() {
-        let partial = state.withLock { $0.framer.bufferedByteCount > 0 }
-        if !partial {
-            cancelPartialTimer()
-            return
-        }
+    /// A client that starts a line must finish it within the request timeout, from the
+    /// line's start (`restart`: a new line began), while the connection reads it.
+    private func armPartialTimerIfNeeded(restart: Bool) {
+        let partial = state.withLock { $0.framer.bufferedByteCount > 0 && !$0.held }
+        if !partial || restart { cancelPartialTimer() }
+        guard partial else { return }
         let needTimer = state.withLock { $0.partialTimer == nil }
         guard needTimer else { return }
         let t = DispatchSource.makeTimerSource(queue: queue)
@@ -145,6 +158,26 @@ final class ClientConnection: Sendable {
         }
         t.activate()
         state.withLock { $0.partialTimer = t }
+    }
+
+    /// Stops reading while the requests read wait to be answered (a client that writes
+    /// faster than its requests are answered waits in its writes, instead of the daemon
+    /// keeping every line). The line being read meanwhile is not timed. On the queue.
+    func holdInput() {
+        state.withLock { $0.held = true }
+        cancelPartialTimer()
+        channel.pauseReading()
+    }
+
+    /// Reads again after `holdInput`; the unfinished line, if any, is timed afresh. On the queue.
+    func releaseInput() {
+        let wasHeld = state.withLock { s -> Bool in
+            defer { s.held = false }
+            return s.held
+        }
+        guard wasHeld else { return }
+        armPartialTimerIfNeeded(restart: true)
+        channel.resumeReading()
     }
 
     private func cancelPartialTimer() {

@@ -31,26 +31,45 @@ extension PeerlinkDaemon {
         }
         server.register(ControlMethod.eventsSubscribe) { params, context throws(RPCError) in
             try params.rejectUnknown(allowed: ["topics"])
-            let topics = try params.optionalStringArray("topics") ?? []
-            for t in topics where t.isEmpty || t.contains(where: { $0.isWhitespace }) {
-                throw RPCError.invalidParams("topics", "a topic is a non-empty word like \"adapter\" or \"adapter.powered\"")
+            let topics = try Self.topics(params)
+            // An empty selection is every event: adding topics to it leaves it so.
+            let current = context.eventTopics
+            let selection = topics.isEmpty || current == [] ? [] : Array(Set((current ?? []) + topics)).sorted()
+            guard selection.count <= Self.maxTopics else {
+                throw RPCError.invalidParams("topics", "at most \(Self.maxTopics) topics on a connection (the selection would have \(selection.count))")
             }
-            let merged = Array(Set((context.eventTopics ?? []) + topics)).sorted()
-            // No topics means every event: an empty filter list matches everything.
-            context.setEventTopics(topics.isEmpty ? [] : merged)
-            return ["topics": .array((topics.isEmpty ? [] : merged).map { .string($0) })]
+            context.setEventTopics(selection)
+            return ["topics": .array(selection.map { .string($0) })]
         }
         server.register(ControlMethod.eventsUnsubscribe) { params, context throws(RPCError) in
             try params.rejectUnknown(allowed: ["topics"])
-            let topics = try params.optionalStringArray("topics")
-            guard let topics, !topics.isEmpty else {
+            let topics = try Self.topics(params)
+            guard !topics.isEmpty else {
                 context.setEventTopics(nil)
                 return ["topics": []]
             }
-            let remaining = (context.eventTopics ?? []).filter { !topics.contains($0) }
+            guard let current = context.eventTopics else { return ["topics": []] }
+            // "Everything but these" cannot be said with a list of topics.
+            guard !current.isEmpty else {
+                throw RPCError.invalidParams("topics", "this connection receives every event: unsubscribe from all (no topics), then subscribe to the topics wanted")
+            }
+            let remaining = current.filter { !topics.contains($0) }
             context.setEventTopics(remaining.isEmpty ? nil : remaining)
             return ["topics": .array(remaining.map { .string($0) })]
         }
+    }
+
+    /// Topics a connection may select at most: each event is matched against them all.
+    static let maxTopics = 64
+
+    /// `topics` of `events.subscribe` / `events.unsubscribe`: words like `adapter` or
+    /// `adapter.powered`, at most 64 bytes each (no topic is longer).
+    private static func topics(_ params: RPCParams) throws(RPCError) -> [String] {
+        let topics = try params.optionalStringArray("topics") ?? []
+        for (i, t) in topics.enumerated() where t.isEmpty || t.utf8.count > 64 || t.contains(where: { $0.isWhitespace }) {
+            throw RPCError.invalidParams("topics[\(i)]", "a topic is a word of at most 64 bytes like \"adapter\" or \"adapter.powered\"")
+        }
+        return topics
     }
 
     /// `daemon.status`.

@@ -17,6 +17,10 @@ final class RequestPipeline: Sendable {
     private struct State {
         var pending: [ClientConnection.Line] = []
         var head = 0
+        /// The bytes of the lines not yet answered.
+        var waitingBytes = 0
+        /// The client's input is held until those are answered.
+        var holding = false
         /// A request's task is running: the rest wait.
         var running = false
         /// The client sends no more.
@@ -33,9 +37,23 @@ final class RequestPipeline: Sendable {
 
     /// Lines read, in order. On the client's queue.
     func take(_ lines: [ClientConnection.Line]) {
-        state.withLock { $0.pending += lines }
+        let hold = state.withLock { s -> Bool in
+            s.pending += lines
+            s.waitingBytes += lines.reduce(0) { $0 + $1.byteCount }
+            guard !s.holding, s.pending.count - s.head > Self.maxWaitingLines || s.waitingBytes > Self.maxWaitingBytes else { return false }
+            s.holding = true
+            return true
+        }
+        // A client writing faster than its requests are answered (one waits on the bus, or
+        // for a peer) waits in its writes: the daemon does not keep every line meanwhile.
+        if hold { client.holdInput() }
         run()
     }
+
+    /// Lines read and not yet answered past which the client's input is held until they
+    /// are (a read hands on at most a few MiB more).
+    static let maxWaitingLines = 1_024
+    static let maxWaitingBytes = 4 * 1_048_576
 
     /// The client sends no more: finish once everything is answered. On the client's queue.
     func inputEnded() {
@@ -65,6 +83,7 @@ final class RequestPipeline: Sendable {
             let next = state.withLock { s -> ClientConnection.Line? in
                 guard !s.running, !s.done, s.head < s.pending.count else { return nil }
                 defer {
+                    s.waitingBytes -= s.pending[s.head].byteCount
                     s.head += 1
                     if s.head == s.pending.count {
                         s.pending.removeAll(keepingCapacity: true)
@@ -103,6 +122,12 @@ final class RequestPipeline: Sendable {
             }
         }
         flush()
+        let release = state.withLock { s -> Bool in
+            guard s.holding, !s.running, s.head == s.pending.count else { return false }
+            s.holding = false
+            return true
+        }
+        if release { client.releaseInput() }
         let finished = state.withLock { s -> Bool in
             guard s.inputDone, !s.running, !s.done, s.head == s.pending.count else { return false }
             s.done = true

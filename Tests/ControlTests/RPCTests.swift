@@ -89,6 +89,24 @@ import Testing
         if case .request(let r) = items[3] { #expect(r.isNotification) } else { Issue.record("item 3") }
         if case .invalid(let id, let e) = items[4] { #expect(id == 2 && e.code == RPCErrorCode.invalidRequest) } else { Issue.record("item 4") }
     }
+
+    /// Every element of a batch is answered: a long one of junk (a megabyte of `1,`) is one
+    /// error, not an error per element (a reply sixty times the request's size).
+    @Test func aBatchPastTheLimitIsOneError() {
+        let most = "[" + Array(repeating: "1", count: RPCIncoming.maxBatch).joined(separator: ",") + "]"
+        guard case .batch(let items) = classify(most) else {
+            Issue.record("\(RPCIncoming.maxBatch) elements are a batch")
+            return
+        }
+        #expect(items.count == RPCIncoming.maxBatch)
+        let over = "[" + Array(repeating: "1", count: RPCIncoming.maxBatch + 1).joined(separator: ",") + "]"
+        guard case .invalid(let id, let e) = classify(over) else {
+            Issue.record("expected one error")
+            return
+        }
+        #expect(id == .null && e.code == RPCErrorCode.invalidRequest)
+        #expect(e.message == "invalid request: a batch of 257 requests: at most 256 in one")
+    }
 }
 
 @Suite struct RPCMessageTests {

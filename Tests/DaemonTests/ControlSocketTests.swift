@@ -86,6 +86,36 @@ import Glibc
         #expect(try c.call("daemon.status")["pid"]?.intValue == Int64(h.pid))
     }
 
+    /// The event selection: topics add to it, everything stays everything, removing from
+    /// everything is refused (it cannot be said), and the list is bounded.
+    @Test func subscribingAddsTopicsAndEverythingStaysEverything() async throws {
+        let bus = try PrivateBus()
+        let h = try await DaemonHarness(busAddress: bus.address)
+        defer { h.stop() }
+        let c = try RawClient(h.socketPath)
+        func topics(_ method: String, _ topics: [String]?) throws -> [String]? {
+            try c.call(method, topics.map { ["topics": .array($0.map { .string($0) })] } ?? [:])["topics"]?.arrayValue?.compactMap(\.stringValue)
+        }
+        func refused(_ method: String, _ topics: [String], naming param: String) {
+            do {
+                _ = try c.call(method, ["topics": .array(topics.map { .string($0) })])
+                Issue.record("\(method) \(topics.prefix(2))... was not refused")
+            } catch let e as RPCError {
+                #expect(e.code == RPCErrorCode.invalidParams && e.message.contains(param), "\(e.message)")
+            } catch { Issue.record("\(error)") }
+        }
+        #expect(try topics("events.subscribe", nil) == [])
+        #expect(try topics("events.subscribe", ["peer"]) == [], "everything, with peer added, is still everything")
+        refused("events.unsubscribe", ["adapter"], naming: "topics")
+        #expect(try topics("events.unsubscribe", nil) == [])
+        #expect(try topics("events.subscribe", ["peer"]) == ["peer"])
+        #expect(try topics("events.subscribe", ["adapter"]) == ["adapter", "peer"])
+        #expect(try topics("events.unsubscribe", ["peer"]) == ["adapter"])
+        refused("events.subscribe", (0..<64).map { "made.up.\($0)" }, naming: "topics")
+        refused("events.subscribe", ["x", String(repeating: "y", count: 65)], naming: "topics[1]")
+        #expect(try topics("events.subscribe", (0..<63).map { "made.up.\($0)" })?.count == 64)
+    }
+
     @Test func tenMebibyteLineIsRefusedAndClosedOthersServed() async throws {
         let bus = try PrivateBus()
         let h = try await DaemonHarness(busAddress: bus.address)
