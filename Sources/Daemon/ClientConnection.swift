@@ -23,14 +23,14 @@ final class ClientConnection: Sendable {
 
     /// What the reader hands to the request loop.
     enum Line: Sendable {
-        /// A complete request line.
-        case request([UInt8])
+        /// A complete request line, and the descriptors passed with it.
+        case request([UInt8], PassedDescriptors?)
         /// The line was too long: answer with this error, then close.
         case fatal(RPCError)
 
         /// The memory it holds, about.
         var byteCount: Int {
-            if case .request(let bytes) = self { return bytes.count }
+            if case .request(let bytes, _) = self { return bytes.count }
             return 0
         }
     }
@@ -44,6 +44,13 @@ final class ClientConnection: Sendable {
         var partialTimer: DispatchSourceTimer?
         /// Not read while its requests wait (`holdInput`).
         var held = false
+        /// Bytes handed to `take` so far: which of them the passed descriptors came with.
+        var bytesTaken: UInt64 = 0
+        /// Descriptors passed with the line being read, for it once it ends.
+        var unfinishedLineDescriptors: [Int32] = []
+        /// Descriptors passed and held for lines not yet answered (at most
+        /// `Channel.maxHeldDescriptors`; more are closed as they come).
+        var heldDescriptors = 0
         /// Event topic filters; nil when the client has not subscribed.
         var topics: [String]?
         /// Run once when the connection closes (resources owned by the connection).
@@ -106,22 +113,53 @@ final class ClientConnection: Sendable {
         // A line begun in these bytes (after one they ended, or with none unfinished before)
         // has its own time to finish: the timer starts again.
         var lineBegun = false
+        let through = state.withLock { s -> UInt64 in
+            s.bytesTaken += UInt64(bytes.count)
+            return s.bytesTaken
+        }
+        let passed = channel.takeDescriptors(through: through)
+        var toClose: [Int32] = []
+        defer { for fd in toClose { closeQuietly(fd) } }
         let done = state.withLock { s -> Bool in
-            if s.inputDone || s.closed || s.closing { return true }
+            if s.inputDone || s.closed || s.closing {
+                toClose = passed
+                return true
+            }
             var ended = s.framer.bufferedByteCount == 0
             s.framer.append(bytes[...])
+            var lines: [[UInt8]] = []
             while true {
                 do {
                     guard let line = try s.framer.nextLine() else { break }
                     ended = true
-                    // Blank lines between requests are tolerated.
-                    if !line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { out.append(.request(line)) }
+                    lines.append(line)
                 } catch {
                     tooLong = true
                     break
                 }
             }
             lineBegun = ended && s.framer.bufferedByteCount > 0
+            // The descriptors belong to the line that holds the last of these bytes (the read
+            // that brought them ended there): the unfinished one, or the last line ended here.
+            let room = max(0, Channel.maxHeldDescriptors - s.heldDescriptors)
+            toClose += passed.dropFirst(room)
+            let kept = Array(passed.prefix(room))
+            s.heldDescriptors += kept.count
+            var perLine = [[Int32]](repeating: [], count: lines.count)
+            if !lines.isEmpty {
+                perLine[0] = s.unfinishedLineDescriptors
+                s.unfinishedLineDescriptors = []
+            }
+            if lines.isEmpty || s.framer.bufferedByteCount > 0 { s.unfinishedLineDescriptors += kept } else { perLine[lines.count - 1] += kept }
+            for (line, fds) in zip(lines, perLine) {
+                // Blank lines between requests are tolerated (what came with one is closed).
+                if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
+                    toClose += fds
+                    s.heldDescriptors -= fds.count
+                    continue
+                }
+                out.append(.request(line, fds.isEmpty ? nil : PassedDescriptors(fds) { [weak self] n in self?.released(n) }))
+            }
             return false
         }
         if done { return false }
@@ -209,9 +247,10 @@ final class ClientConnection: Sendable {
         if thenClose { channel.whenFlushed { [weak self] in self?.close() } }
     }
 
-    /// The oldest descriptor the client passed (SCM_RIGHTS) not yet taken by a request; the
-    /// caller owns it.
-    func takeDescriptor() -> Int32? { channel.takeDescriptor() }
+    /// `count` descriptors passed with a line are no longer held (taken, or closed).
+    private func released(_ count: Int) {
+        state.withLock { $0.heldDescriptors -= count }
+    }
 
     // MARK: Events
 
@@ -248,6 +287,8 @@ final class ClientConnection: Sendable {
                 s.closed = true
                 let t = s.partialTimer
                 s.partialTimer = nil
+                for fd in s.unfinishedLineDescriptors { closeQuietly(fd) }
+                s.unfinishedLineDescriptors = []
                 let h = s.closeHandlers
                 s.closeHandlers = []
                 return (t, h)

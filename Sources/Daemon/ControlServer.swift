@@ -34,6 +34,7 @@ public struct RequestContext: Sendable {
     public let clientID: UInt64
     let client: ClientConnection
     let attachments: ReplyAttachments
+    let passed: PassedDescriptors?
 
     /// Sets the topics this client receives events for (nil: none).
     public func setEventTopics(_ topics: [String]?) { client.setTopics(topics) }
@@ -49,11 +50,11 @@ public struct RequestContext: Sendable {
     /// sent, or at once when the method fails or the client is gone.
     public func passWithReply(_ fd: Int32) { attachments.add(fd) }
 
-    /// The oldest descriptor the client passed with its requests (SCM_RIGHTS, with any byte
-    /// of a request line) that no earlier request took; the caller owns it (and closes it).
-    /// Requests are answered in order, so a client that passes one descriptor with each
-    /// request that asks for one gets each to its own request.
-    public func takeDescriptor() -> Int32? { client.takeDescriptor() }
+    /// The next descriptor the client passed with this request's line (SCM_RIGHTS, with
+    /// bytes of that line), nil when none is left; the caller owns it (and closes it). Those
+    /// the line's requests do not take are closed once it is answered: a descriptor never
+    /// goes to another line's request.
+    public func takeDescriptor() -> Int32? { passed?.take() }
 }
 
 /// Descriptors a method hands back with its reply.
@@ -63,6 +64,32 @@ final class ReplyAttachments: Sendable {
     func take() -> [Int32] { fds.withLock { f in defer { f = [] }; return f } }
     /// Closes what was attached (the reply is an error).
     func discard() { for fd in take() { closeQuietly(fd) } }
+}
+
+/// Descriptors a client passed with one request line (SCM_RIGHTS): its requests take them
+/// in order; `finish` closes the rest once the line is answered (or will not be), and tells
+/// the connection how many it no longer holds.
+final class PassedDescriptors: Sendable {
+    private let fds: Mutex<[Int32]?>
+    private let count: Int
+    private let released: @Sendable (Int) -> Void
+
+    init(_ fds: [Int32], released: @escaping @Sendable (Int) -> Void) {
+        self.fds = Mutex(fds)
+        count = fds.count
+        self.released = released
+    }
+
+    func take() -> Int32? {
+        fds.withLock { f in f?.isEmpty == false ? f!.removeFirst() : nil }
+    }
+
+    /// Closes those not taken; only the first call does anything.
+    func finish() {
+        guard let rest = fds.withLock({ f -> [Int32]? in defer { f = nil }; return f }) else { return }
+        for fd in rest { closeQuietly(fd) }
+        released(count)
+    }
 }
 
 /// A JSON-RPC method: named parameters in, a result out, or an `RPCError`.
@@ -198,12 +225,13 @@ public final class ControlServer: Sendable {
 
     /// Answers what can be answered on the client's queue (quick methods, errors); hands back
     /// the rest of a request (or of a batch, from its first waiting item) to await.
-    func answerNow(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments) -> Answer {
+    func answerNow(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments,
+                   _ passed: PassedDescriptors?) -> Answer {
         switch incoming {
         case .invalid(let id, let error):
             return .done(RPCResponse(id: id, error: error).json)
         case .request(let r):
-            switch call(r, client, attachments) {
+            switch call(r, client, attachments, passed) {
             case .done(let result):
                 // Careful: JSONValue is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
                 return .done(r.isNotification ? JSONValue?.none : RPCResponse(id: r.id ?? .null, outcome: result).json)
@@ -216,7 +244,7 @@ public final class ControlServer: Sendable {
         case .batch(let items):
             var replies: [JSONValue] = []
             for (i, item) in items.enumerated() {
-                switch answerNow(item, client, attachments) {
+                switch answerNow(item, client, attachments, passed) {
                 case .done(let reply):
                     if let reply { replies.append(reply) }
                 case .pending(let rest):
@@ -226,7 +254,7 @@ public final class ControlServer: Sendable {
                         var replies = before
                         if let reply = await rest() { replies.append(reply) }
                         for item in later {
-                            if let reply = await self.answer(item, client, attachments) { replies.append(reply) }
+                            if let reply = await self.answer(item, client, attachments, passed) { replies.append(reply) }
                         }
                         return replies.isEmpty ? JSONValue?.none : .array(replies)
                     }
@@ -236,8 +264,9 @@ public final class ControlServer: Sendable {
         }
     }
 
-    private func answer(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments) async -> JSONValue? {
-        switch answerNow(incoming, client, attachments) {
+    private func answer(_ incoming: RPCIncoming, _ client: ClientConnection, _ attachments: ReplyAttachments,
+                        _ passed: PassedDescriptors?) async -> JSONValue? {
+        switch answerNow(incoming, client, attachments, passed) {
         case .done(let reply): reply
         case .pending(let rest): await rest()
         }
@@ -248,13 +277,13 @@ public final class ControlServer: Sendable {
         case pending(@Sendable () async -> Result<JSONValue, RPCError>)
     }
 
-    private func call(_ r: RPCRequest, _ client: ClientConnection, _ attachments: ReplyAttachments) -> Outcome {
+    private func call(_ r: RPCRequest, _ client: ClientConnection, _ attachments: ReplyAttachments, _ passed: PassedDescriptors?) -> Outcome {
         guard let method = methods.withLock({ $0[r.method] }) else {
             return .done(.failure(.methodNotFound(r.method)))
         }
         // Descriptors of this request only: a failed method's are closed, others' kept.
         let mine = ReplyAttachments()
-        let context = RequestContext(clientID: client.id, client: client, attachments: mine)
+        let context = RequestContext(clientID: client.id, client: client, attachments: mine, passed: passed)
         let logger = self.logger
         @Sendable func finish(_ result: Result<JSONValue, RPCError>) -> Result<JSONValue, RPCError> {
             switch result {

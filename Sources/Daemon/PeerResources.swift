@@ -12,8 +12,8 @@ extension PeerCapability {
     func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox) {
         context.register(ControlMethod.peerSendResource) { p, request throws(RPCError) in
             try p.rejectUnknown(allowed: ["path", "descriptor", "size", "name", "media_type", "to", "image"])
-            // A descriptor passed with the request (SCM_RIGHTS) is taken first, so that it is
-            // closed, not left for a later request, whatever else is wrong with this one.
+            // A descriptor passed with the request's line (SCM_RIGHTS); one it does not take is
+            // closed once it is answered.
             var passed: Int32?
             if try p.optionalBool("descriptor") == true {
                 guard let fd = request.takeDescriptor() else {

@@ -37,7 +37,8 @@ final class RequestPipeline: Sendable {
 
     /// Lines read, in order. On the client's queue.
     func take(_ lines: [ClientConnection.Line]) {
-        let hold = state.withLock { s -> Bool in
+        let hold = state.withLock { s -> Bool? in
+            if s.done { return nil }
             s.pending += lines
             s.waitingBytes += lines.reduce(0) { $0 + $1.byteCount }
             guard !s.holding, s.pending.count - s.head > Self.maxWaitingLines || s.waitingBytes > Self.maxWaitingBytes else { return false }
@@ -46,8 +47,24 @@ final class RequestPipeline: Sendable {
         }
         // A client writing faster than its requests are answered (one waits on the bus, or
         // for a peer) waits in its writes: the daemon does not keep every line meanwhile.
+        guard let hold else { return Self.drop(lines[...]) }
         if hold { client.holdInput() }
         run()
+    }
+
+    /// Lines that will not be answered: the descriptors passed with them are closed.
+    private static func drop(_ lines: ArraySlice<ClientConnection.Line>) {
+        for case .request(_, let passed?) in lines { passed.finish() }
+    }
+
+    /// Nothing more is answered: the lines left are dropped.
+    private func stop() {
+        let rest = state.withLock { s -> ArraySlice<ClientConnection.Line> in
+            s.done = true
+            defer { (s.pending, s.head, s.waitingBytes) = ([], 0, 0) }
+            return s.pending[s.head...]
+        }
+        Self.drop(rest)
     }
 
     /// Lines read and not yet answered past which the client's input is held until they
@@ -76,10 +93,7 @@ final class RequestPipeline: Sendable {
         while true {
             if out.count >= Self.batchBytes { flush() }
             // Closed (it stopped reading, or went away): the requests left are not answered.
-            if client.isClosed {
-                state.withLock { $0.done = true }
-                return
-            }
+            if client.isClosed { return stop() }
             let next = state.withLock { s -> ClientConnection.Line? in
                 guard !s.running, !s.done, s.head < s.pending.count else { return nil }
                 defer {
@@ -96,19 +110,21 @@ final class RequestPipeline: Sendable {
             switch next {
             case .fatal(let error):
                 flush()
-                state.withLock { $0.done = true }
+                stop()
                 client.send(RPCResponse(id: .null, error: error).encodedLine(), thenClose: true)
                 return
-            case .request(let bytes):
+            case .request(let bytes, let passed):
                 let attachments = ReplyAttachments()
-                switch server.answerNow(RPCIncoming.parse(line: bytes), client, attachments) {
+                switch server.answerNow(RPCIncoming.parse(line: bytes), client, attachments, passed) {
                 case .done(let reply):
+                    passed?.finish()
                     deliver(reply, attachments, into: &out)
                 case .pending(let rest):
                     flush()
                     state.withLock { $0.running = true }
                     Task {
                         let reply = await rest()
+                        passed?.finish()
                         var line: [UInt8] = []
                         self.deliver(reply, attachments, into: &line)
                         if !line.isEmpty { self.client.send(line) }

@@ -122,8 +122,11 @@ public final class Channel: Sendable {
         var counts = Counts()
         var descriptorClosed = false
         var releaseWaiters: [@Sendable () -> Void] = []
-        /// Descriptors the peer passed (SCM_RIGHTS), oldest first, not yet taken.
-        var received: [Int32] = []
+        /// Descriptors the peer passed (SCM_RIGHTS), oldest first, not yet taken, each with
+        /// `bytesRead` at the end of the read that brought it.
+        var received: [(fd: Int32, at: UInt64)] = []
+        /// Bytes read so far (with `receivesDescriptors`): where each descriptor came.
+        var bytesRead: UInt64 = 0
         /// Packet mode: the buffer packets are read into (`readLimit` bytes), kept between
         /// wakeups; used on the queue only.
         var scratch: UnsafeMutableRawBufferPointer?
@@ -146,7 +149,7 @@ public final class Channel: Sendable {
     ///     so packets that arrive close together are read (and handed on) together. The wait
     ///     blocks the channel's queue (its own thread when `queue` is nil).
     ///   - receivesDescriptors: keep descriptors the peer passes with its bytes (SCM_RIGHTS)
-    ///     for `takeDescriptor`, up to `maxHeldDescriptors`; otherwise the kernel closes them.
+    ///     for `takeDescriptors`, up to `maxHeldDescriptors`; otherwise the kernel closes them.
     ///   - readsInline: while this holds (asked on the reactor's thread: quick, no lock),
     ///     reads start on the reactor's thread, inside the queue, and read at most
     ///     `inlineBudget` bytes there (the rest on the queue): no thread hand-off for a small
@@ -223,11 +226,17 @@ public final class Channel: Sendable {
     /// Items written and `.full` answers so far.
     public var counts: Counts { state.withLock { $0.counts } }
 
-    /// The oldest descriptor the peer passed that nobody took yet (the caller owns it now),
-    /// or nil. A descriptor comes with the bytes it was sent with, so one passed with a
-    /// request is here by the time `onInput` hands that request on.
-    public func takeDescriptor() -> Int32? {
-        state.withLock { s in s.received.isEmpty ? nil : s.received.removeFirst() }
+    /// The descriptors the peer passed that came with the first `bytes` bytes read (the
+    /// caller owns them now), oldest first. A descriptor comes with the read that ends in the
+    /// bytes it was sent with (the kernel hands it over with the first read that reaches
+    /// them, and ends that read there), so a reader counting the bytes `onInput` handed it
+    /// knows which of them it belongs to: the last of those the read brought.
+    public func takeDescriptors(through bytes: UInt64) -> [Int32] {
+        state.withLock { s in
+            let n = s.received.prefix { $0.at <= bytes }.count
+            defer { s.received.removeFirst(n) }
+            return s.received.prefix(n).map(\.fd)
+        }
     }
 
     // MARK: Reading (on the queue)
@@ -421,16 +430,18 @@ public final class Channel: Sendable {
             return try syscallAllowingAgain("recv") { recv(fd, buffer.baseAddress, buffer.count, flags) }
         }
         let got = try DescriptorPassing.receive(fd, into: buffer, flags: flags)
-        if let fds = got?.1, !fds.isEmpty { hold(fds) }
+        if let (n, fds) = got { hold(fds, read: n) }
         return got?.0
     }
 
-    /// Keeps descriptors the peer passed for `takeDescriptor`; beyond the bound, or once
-    /// closed, they are closed.
-    private func hold(_ fds: [Int32]) {
+    /// Counts `read` bytes and keeps the descriptors that came with them for
+    /// `takeDescriptors`; beyond the bound, or once closed, they are closed.
+    private func hold(_ fds: [Int32], read: Int) {
         let extra = state.withLock { s -> ArraySlice<Int32> in
+            s.bytesRead += UInt64(read)
             let room = s.closed ? 0 : max(0, Self.maxHeldDescriptors - s.received.count)
-            s.received += fds.prefix(room)
+            let at = s.bytesRead
+            s.received += fds.prefix(room).map { (fd: $0, at: at) }
             return fds.dropFirst(room)
         }
         for d in extra { closeQuietly(d) }
@@ -495,7 +506,7 @@ public final class Channel: Sendable {
             if s.closed { return nil }
             s.closed = true
             for item in s.outbox[s.head...] { for d in item.fds { closeQuietly(d) } }
-            for d in s.received { closeQuietly(d) }
+            for d in s.received { closeQuietly(d.fd) }
             s.received = []
             s.outbox = []
             s.head = 0

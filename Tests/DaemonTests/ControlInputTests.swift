@@ -4,12 +4,21 @@ import Foundation
 import Glibc
 import Logging
 import Synchronization
+import SystemKit
 import Testing
 
 /// How the control server reads a client that writes more, or more slowly, than its
 /// requests are answered: bounded memory, and a time limit that counts per line.
 @Suite struct ControlInputTests {
     typealias Gate = QuickMethodTests.Gate
+
+    /// Whether every copy of the passed end of the socket pair whose kept end is `kept` is
+    /// closed, waiting up to 10 s (closing may finish on another thread). (Closed with the
+    /// bytes written to it unread, the kept end reads a reset, not the end of file.)
+    static func readersGone(_ kept: Int32) -> Bool {
+        var p = pollfd(fd: kept, events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 10_000) == 1 && p.revents & Int16(POLLHUP) != 0
+    }
 
     /// A server on a fresh socket with a `slow` method (waits for `gate`) and a `count`
     /// method (counts its calls); stopped, and its directory removed, by `finish`.
@@ -31,6 +40,15 @@ import Testing
             server.register("slow") { [gate] _, _ throws(RPCError) in
                 await gate.wait()
                 return "slow"
+            }
+            // The first few bytes of the descriptor passed with the request.
+            server.register("take") { params, context throws(RPCError) in
+                try params.rejectUnknown(allowed: [])
+                guard let fd = context.takeDescriptor() else { throw .invalidParams("descriptor", "none came with the request") }
+                defer { closeQuietly(fd) }
+                var bytes = [UInt8](repeating: 0, count: 16)
+                let n = read(fd, &bytes, bytes.count)
+                return .string(String(decoding: bytes.prefix(max(n, 0)), as: UTF8.self))
             }
             server.register("count", quick: { [counted] _, _ throws(RPCError) in
                 .reply(.int(Int64(counted.next())))
@@ -98,6 +116,56 @@ import Testing
         try c.send("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"count\"}\n")
         let last = try #require(try await QuickMethodTests.read(c))
         #expect(last["id"] == 2 && last["result"]?.intValue == Int64(written / line.count + 1))
+    }
+
+    /// A descriptor passed with a request goes to that request: one passed with a request
+    /// that failed before taking it (an unknown parameter, an unknown method) is closed, not
+    /// handed to the next request that asks for one (which then sent the wrong file); a batch's
+    /// requests take its line's in order; one sent with the first half of a line is that line's.
+    @Test func aPassedDescriptorGoesToItsOwnRequest() async throws {
+        let s = try Server()
+        defer { s.finish() }
+        let c = try s.client()
+        var kept: [String: Int32] = [:]
+        defer { for fd in kept.values { closeQuietly(fd) } }
+        /// A socket whose passed end reads `name`.
+        func descriptor(_ name: String) throws -> Int32 {
+            let (passed, keep) = try DescriptorPassing.streamPair()
+            try SocketIO.sendAll(keep, Array(name.utf8))
+            kept[name] = keep
+            return passed
+        }
+        func send(_ line: String, _ names: [String]) throws {
+            let fds = try names.map(descriptor)
+            defer { for fd in fds { closeQuietly(fd) } }
+            try c.send(Array(line.utf8), passing: fds)
+        }
+        func req(_ id: Int, _ method: String, _ params: String = "{}") -> String {
+            "{\"jsonrpc\":\"2.0\",\"id\":\(id),\"method\":\"\(method)\",\"params\":\(params)}"
+        }
+        try send(req(1, "take", "{\"bogus\":1}") + "\n", ["A"])
+        try send(req(2, "take") + "\n", ["B"])
+        try send(req(3, "nope") + "\n", ["C"])
+        try send(req(4, "take") + "\n", ["D"])
+        try send(req(5, "take") + "\n", [])
+        try send("[" + req(6, "take") + "," + req(7, "take") + "]\n", ["E", "F"])
+        let line = req(8, "take") + "\n"
+        try send(String(line.prefix(10)), ["G"])
+        try send(String(line.dropFirst(10)), [])
+        var replies: [Int64: JSONValue] = [:]
+        while replies.count < 8, let reply = try await QuickMethodTests.read(c) {
+            for r in reply.arrayValue ?? [reply] { if let id = r["id"]?.intValue { replies[id] = r } }
+        }
+        #expect(replies[1]?["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidParams))
+        #expect(replies[2]?["result"] == "B")
+        #expect(replies[3]?["error"]?["code"]?.intValue == Int64(RPCErrorCode.methodNotFound))
+        #expect(replies[4]?["result"] == "D")
+        #expect(replies[5]?["error"]?["message"]?.stringValue?.contains("none came with the request") == true, "\(replies[5] ?? .null)")
+        #expect(replies[6]?["result"] == "E" && replies[7]?["result"] == "F")
+        #expect(replies[8]?["result"] == "G")
+        for name in ["A", "C"] {
+            #expect(Self.readersGone(kept[name]!), "\(name), passed with a request that did not take it, is closed")
+        }
     }
 
     /// The time a client has to finish a line counts from that line's start: a client whose

@@ -31,31 +31,44 @@ import Glibc
         for p in pipes { closeQuietly(p.0) }
     }
 
-    @Test func aPassedDescriptorIsThereWhenItsBytesAreHandedOn() async throws {
+    /// Each passed descriptor is there when the bytes it came with are handed on, and is
+    /// said to have come with them: the read that brought it ends in the bytes it was sent
+    /// with, so a reader counting the bytes knows which it belongs to (a control request's
+    /// descriptor goes to that request, not to the oldest request that asks for one).
+    @Test func aPassedDescriptorComesWithTheBytesItWasSentWith() async throws {
         let (ours, theirs) = try ChannelTests.pair(ChannelTests.stream)
         defer { closeQuietly(theirs) }
         let c = Channel(fd: ours, mode: .stream, label: "fds", outboxLimit: 4096, receivesDescriptors: true)
         defer { c.close() }
-        // Taken in the input handler, as a control request takes its descriptor.
-        let taken = Mutex<[Int32]>([])
+        // Taken in the input handler, as the control connection takes them: (bytes read
+        // through the end of the chunk, the descriptors that came by then).
+        let taken = Mutex<[(UInt64, [Int32])]>([])
+        let read = Mutex<UInt64>(0)
         let signal = AsyncSignal()
-        c.start(onInput: { _ in
-            if let fd = c.takeDescriptor() { taken.withLock { $0.append(fd) } }
+        c.start(onInput: { chunks in
+            for chunk in chunks {
+                let end = read.withLock { $0 += UInt64(chunk.count); return $0 }
+                let fds = c.takeDescriptors(through: end)
+                if !fds.isEmpty { taken.withLock { $0.append((end, fds)) } }
+            }
             signal.fire()
         }, onEnd: { _ in })
-        let p = try Self.pipe()
-        defer { closeQuietly(p.1) }
-        try Self.pass(theirs, Array("request\n".utf8), [p])
-        #expect(await signal.wait { !taken.withLock { $0 }.isEmpty }, "the descriptor came with its bytes")
-        let fd = try #require(taken.withLock { $0.first })
-        defer { closeQuietly(fd) }
+        let (p, q) = (try Self.pipe(), try Self.pipe())
+        defer { closeQuietly(p.1); closeQuietly(q.1) }
+        try SocketIO.sendAll(theirs, Array("aaa".utf8))
+        try Self.pass(theirs, Array("bbbb".utf8), [p])
+        try Self.pass(theirs, Array("cc".utf8), [q])
+        #expect(await signal.wait { taken.withLock { $0.flatMap(\.1).count } == 2 }, "the descriptors came with their bytes")
+        let got = taken.withLock { $0 }
+        #expect(got.map(\.0) == [7, 9], "each with the read that ended in its bytes: \(got)")
+        let fd = try #require(got.first?.1.first)
         // It is the passed end: what goes in at the kept end comes out of it.
         try SocketIO.sendAll(p.1, [1, 2, 3])
-        var got = [UInt8](repeating: 0, count: 3)
-        #expect(read(fd, &got, 3) == 3)
-        #expect(got == [1, 2, 3])
-        #expect(c.takeDescriptor() == nil, "one descriptor passed, one taken")
-        #expect(!Self.readersGone(p.1))
+        var bytes = [UInt8](repeating: 0, count: 3)
+        #expect(Glibc.read(fd, &bytes, 3) == 3)
+        #expect(bytes == [1, 2, 3])
+        for (_, fds) in got { for fd in fds { closeQuietly(fd) } }
+        #expect(c.takeDescriptors(through: .max).isEmpty, "two descriptors passed, two taken")
     }
 
     @Test func descriptorsBeyondTheBoundAndThoseNobodyTookAreClosed() async throws {
@@ -99,7 +112,7 @@ import Glibc
         defer { closeQuietly(p.1) }
         try Self.pass(theirs, [1, 2], [p])
         #expect(await seen.wait { seen.input.withLock { $0.joined().count } == 2 }, "the bytes arrive")
-        #expect(c.takeDescriptor() == nil)
+        #expect(c.takeDescriptors(through: .max).isEmpty)
         #expect(Self.readersGone(p.1, seconds: 10), "the kernel closed the descriptor nobody asked for")
     }
 }
