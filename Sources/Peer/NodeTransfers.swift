@@ -41,6 +41,9 @@ final class NodeTransfers: Sendable {
         var reopening = false
         /// An offer of it is being made (the check and the binding of its id are apart).
         var offering = false
+        /// A client cancelled it while its offer was being made, or with its connection
+        /// ending: that offer, or that end, ends it (not parked for the next session).
+        var cancelled = false
         var startedAt: ContinuousClock.Instant?
         /// A client is asked (policy `ask`).
         var asked = false
@@ -69,6 +72,10 @@ final class NodeTransfers: Sendable {
     private let logger: Logger
     private let journal: String?
     private let outbox: Outbox?
+    /// Whether a file may be offered (the node's `mayOffer`), asked again when a transfer
+    /// read back from the journal is opened again.
+    private let mayOffer: @Sendable (String) -> Bool
+    private let beforeReopening: (@Sendable () -> Void)?
     /// The hashes of files offered, for offering them again without reading them through.
     let hashes: FileHashes
 
@@ -78,8 +85,11 @@ final class NodeTransfers: Sendable {
     /// refers to any more are removed now and whenever a transfer ends. `hashes`: where the
     /// hashes of offered files are remembered (seeded from the journal now).
     init(inbox: Inbox?, policy: ResourcePolicy, journal: String?, outbox: Outbox?, hashes: FileHashes, logger: Logger,
+         mayOffer: @escaping @Sendable (String) -> Bool = { _ in true }, beforeReopening: (@Sendable () -> Void)? = nil,
          isTrusted: @escaping @Sendable (PeerID) -> Bool, emit: @escaping @Sendable (ResourceEvent) -> Void) {
         self.inbox = inbox
+        self.mayOffer = mayOffer
+        self.beforeReopening = beforeReopening
         self.policy = policy
         self.journal = journal
         self.outbox = outbox
@@ -170,8 +180,32 @@ final class NodeTransfers: Sendable {
                 s.connections[c.id] = c
             }
         }
-        state.withLock { $0.records[id]?.offering = false }
-        if resource == nil { logger.info("a resource waits for its peer's session", ["resource": "\(id)"]) }
+        let (cancelled, peer) = state.withLock { s -> (Bool, PeerID?) in
+            s.records[id]?.offering = false
+            return (s.records[id]?.cancelled == true, s.records[id]?.transfer.peer)
+        }
+        if cancelled {
+            // Cancelled while the offer was made: the peer hears the cancel (its end reports
+            // it), or, not offered, it ends here.
+            if let resource { return c.cancelResource(resource, reason: .cancelled, detail: "cancelled by a client") }
+            return endWaiting(id, reason: .cancelled, detail: "cancelled while waiting for the peer")
+        }
+        guard resource == nil else { return }
+        // The session this was meant for ended while the file was opened (hashed, copied),
+        // and the peer may be back already (its `sessionUp` found no record yet).
+        if let peer, let next = session(peer), next.id != c.id { return offer(id, on: next) }
+        logger.info("a resource waits for its peer's session", ["resource": "\(id)"])
+    }
+
+    /// Ends transfer `id`, waiting for its peer's session (not offered on any), with `reason`.
+    private func endWaiting(_ id: UInt64, reason: Reason, detail: String) {
+        guard let r = state.withLock({ s -> Record? in
+            guard let r = s.records[id], r.key == nil else { return nil }
+            s.records[id] = nil
+            return r
+        }) else { return }
+        save()
+        emit(.ended(r.transfer, reason: reason, detail: detail, byPeer: false))
     }
 
     /// Opens again the file of a transfer read back from the journal (hashed again unless
@@ -181,33 +215,51 @@ final class NodeTransfers: Sendable {
     private func reopen(_ id: UInt64, then c: PeerConnection) {
         guard let r = state.withLock({ $0.records[id] }), let path = r.path else { return }
         let t = r.transfer
+        // The file the path names now is checked as a new send's would be (it may have been
+        // replaced by a link since, into the daemon's own files); a copy of passed bytes is
+        // ours, in the outbox.
+        let ownCopy = outbox.map { FileSystem.isInside(path, $0.directory) } ?? false
+        let outboxDirectory = outbox.map { FileSystem.resolved($0.directory) ?? $0.directory }
+        let mayOffer = self.mayOffer
+        beforeReopening?()
         let file: OutgoingFile
         do {
-            file = try OutgoingFile(path: path, name: t.name, mediaType: t.mediaType, hashes: hashes)
+            file = try OutgoingFile(path: path, name: t.name, mediaType: t.mediaType, hashes: hashes, mayOffer: { opened in
+                if ownCopy, let outboxDirectory { return FileSystem.isInside(opened, outboxDirectory) }
+                return mayOffer(opened)
+            })
         } catch {
-            state.withLock { $0.records[id] = nil }
+            // (Cancelled while the file was read: that ended it.)
+            guard state.withLock({ s -> Bool in
+                guard s.records[id]?.reopening == true else { return false }
+                s.records[id] = nil
+                return true
+            }) else { return }
             save()
             return emit(.ended(t, reason: .ioError, detail: "cannot read \(path) to resume: \(error)", byPeer: false))
         }
         guard file.sha256 == t.sha256, file.size == t.size else {
-            let again = state.withLock { s -> UInt64 in
+            guard let again = state.withLock({ s -> UInt64? in
+                guard s.records[id]?.reopening == true else { return nil }
                 s.records[id] = nil
                 defer { s.nextID += 1 }
                 let n = ResourceTransfer(id: s.nextID, peer: t.peer, outgoing: true, name: t.name, size: file.size,
                                          sha256: file.sha256, mediaType: file.mediaType)
                 s.records[s.nextID] = Record(transfer: n, file: file, path: path, identity: file.identity)
                 return s.nextID
-            }
+            }) else { return }
             save()
             emit(.ended(t, reason: .sourceChanged,
                         detail: "\(path) changed since it was offered: it is sent again from the start as transfer \(again)", byPeer: false))
             return offer(again, on: session(t.peer) ?? c)
         }
-        state.withLock { s in
+        guard state.withLock({ s -> Bool in
+            guard s.records[id]?.reopening == true else { return false }
             s.records[id]?.file = file
             s.records[id]?.identity = file.identity
             s.records[id]?.reopening = false
-        }
+            return true
+        }) else { return }
         // The session it was opened for may have dropped while hashing: the peer's current one.
         offer(id, on: session(t.peer) ?? c)
     }
@@ -230,10 +282,18 @@ final class NodeTransfers: Sendable {
     func cancel(_ id: UInt64) throws(PeerError) {
         let (key, c, waiting) = try state.withLock { s throws(PeerError) -> (Key?, PeerConnection?, Record?) in
             guard let r = s.records[id] else { throw .notFound("resource transfer", "\(id)") }
+            // Its offer being made: that ends it once made (`offer`).
+            if r.offering {
+                s.records[id]?.cancelled = true
+                return (nil, nil, nil)
+            }
             guard let key = r.key else {
                 s.records[id] = nil
                 return (nil, nil, r)
             }
+            // Its connection may be ending (the cancel below then changes nothing): its
+            // interruption ends it instead of parking it for the next session.
+            s.records[id]?.cancelled = true
             return (key, s.connections[key.connection], nil)
         }
         if let waiting {
@@ -396,22 +456,27 @@ final class NodeTransfers: Sendable {
     }
 
     private func interrupted(_ c: PeerConnection, _ rid: UInt32, outgoing: Bool, bytes: UInt64) {
-        let (t, again) = state.withLock { s -> (ResourceTransfer?, PeerID?) in
-            guard let id = s.byKey.removeValue(forKey: Key(connection: c.id, resource: rid)), var r = s.records[id] else { return (nil, nil) }
+        let (t, again, cancelled) = state.withLock { s -> (ResourceTransfer?, PeerID?, Bool) in
+            guard let id = s.byKey.removeValue(forKey: Key(connection: c.id, resource: rid)), var r = s.records[id] else { return (nil, nil, false) }
             defer { forgetConnection(c.id, &s) }
             r.transfer.bytes = bytes
             r.transfer.started = false
             r.transfer.offset = 0
             r.startedAt = nil
-            guard outgoing else {
+            // (An incoming one keeps its part for a resume, cancelled or not: interrupted.)
+            guard outgoing, !r.cancelled else {
                 s.records[id] = nil
-                return (r.transfer, nil)
+                return (r.transfer, nil, outgoing)
             }
             r.key = nil
             s.records[id] = r
-            return (r.transfer, r.transfer.peer)
+            return (r.transfer, r.transfer.peer, false)
         }
         guard let t else { return }
+        if cancelled {
+            save()
+            return emit(.ended(t, reason: .cancelled, detail: "cancelled by a client as its session ended", byPeer: false))
+        }
         emit(.interrupted(t))
         // The peer's next session may be up already (it came back before this was reported).
         if let peer = again, let next = session(peer), next.id != c.id { offer(t.id, on: next) }

@@ -13,6 +13,8 @@ struct Outbox: Sendable {
     let directory: String
     /// Free space a copy leaves on the directory's file system (`defaultReserve`).
     let reserveBytes: UInt64
+    /// The free space on a directory's file system (a seam for tests).
+    private let freeBytes: @Sendable (String) throws -> UInt64
 
     /// How long the descriptor may give nothing before the copy is abandoned: a client that
     /// passes a pipe and never closes it must not hold a thread forever.
@@ -21,9 +23,11 @@ struct Outbox: Sendable {
     /// Names of copies: `<16 hex digits>`; `.part` while being written.
     static let partSuffix = ".part"
 
-    init(directory: String, reserveBytes: UInt64 = Outbox.defaultReserve) throws {
+    init(directory: String, reserveBytes: UInt64 = Outbox.defaultReserve,
+         freeBytes: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) }) throws {
         self.directory = directory
         self.reserveBytes = reserveBytes
+        self.freeBytes = freeBytes
         try AtomicFile.makeDirectory(directory, mode: 0o700)
     }
 
@@ -47,7 +51,11 @@ struct Outbox: Sendable {
     /// pipe's end of file cannot tell a writer that finished from one that died, so a client
     /// that knows the size says it.
     func copy(from fd: Int32, to path: String, expectedSize: UInt64? = nil, idleTimeout: Duration = Outbox.idleTimeout) throws {
-        try checkSpace(after: 0)
+        // Each look at the free space asks for room for what may be written before the next
+        // one (the rest of an announced size, if less) on top of the reserve: the reserve
+        // stays free between looks too.
+        func ahead(_ at: UInt64) -> UInt64 { min(Self.spaceLookEvery + Self.readBytes, expectedSize.map { $0 - min($0, at) } ?? .max) }
+        try checkSpace(after: 0, ahead: ahead(0))
         let part = path + Self.partSuffix
         let file = try RegularFile.openForWriting(part)
         var done = false
@@ -55,7 +63,7 @@ struct Outbox: Sendable {
             file.close()
             if !done { _ = try? FileSystem.remove(part) }
         }
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var buffer = [UInt8](repeating: 0, count: Int(Self.readBytes))
         var at: UInt64 = 0
         let waitMS = idleTimeout.clampedMilliseconds
         while true {
@@ -74,7 +82,7 @@ struct Outbox: Sendable {
             try file.write(buffer[0..<n], at: at)
             at += UInt64(n)
             if let expectedSize, at > expectedSize { throw CopyError.size(atLeast: at, expected: expectedSize) }
-            if at % (16 << 20) < UInt64(n) { try checkSpace(after: at) }
+            if at % Self.spaceLookEvery < UInt64(n) { try checkSpace(after: at, ahead: ahead(at)) }
         }
         if let expectedSize, at != expectedSize { throw CopyError.size(atLeast: at, expected: expectedSize, ended: true) }
         try file.sync()
@@ -83,10 +91,15 @@ struct Outbox: Sendable {
         try? FileSystem.syncDirectory(directory)
     }
 
-    /// Throws when the outbox's file system has less than the reserve free.
-    private func checkSpace(after bytes: UInt64) throws {
-        let free = try FileSystem.availableBytes(at: directory)
-        if free < reserveBytes { throw CopyError.space(after: bytes, directory: directory, reserve: reserveBytes) }
+    /// Bytes written between two looks at the free space, and read at a time.
+    static let spaceLookEvery: UInt64 = 16 << 20
+    static let readBytes: UInt64 = 1 << 20
+
+    /// Throws when the outbox's file system has less than `ahead` bytes free beside the reserve.
+    private func checkSpace(after bytes: UInt64, ahead: UInt64) throws {
+        let free = try freeBytes(directory)
+        let (need, over) = reserveBytes.addingReportingOverflow(ahead)
+        if over || free < need { throw CopyError.space(after: bytes, directory: directory, reserve: reserveBytes) }
     }
 
     /// Removes the copies (and parts) not in `keep`; returns how many went. Failures are
@@ -116,7 +129,7 @@ enum CopyError: Error, CustomStringConvertible {
         case .size(let got, let expected, true): "the descriptor gave \(got) bytes, not the \(expected) announced (size)"
         case .size(_, let expected, false): "the descriptor gave more than the \(expected) bytes announced (size)"
         case .space(let after, let directory, let reserve):
-            "stopped after \(after) bytes: \(directory)'s file system is down to the \(reserve >> 20) MiB kept free"
+            "stopped after \(after) bytes: \(directory)'s file system has no room for more beside the \(reserve >> 20) MiB kept free"
         }
     }
 }

@@ -1,3 +1,4 @@
+import Glibc
 import Session
 import SystemKit
 
@@ -41,9 +42,20 @@ extension PeerNode {
             if imagesOnly, file.image == nil { throw notAnImage(file, path) }
             return (transfers.send(file, name: file.name, to: targets), false)
         case .descriptor(let fd, let path, let size):
-            if let path, FileSystem.isSameFile(path, as: fd), let file = try? await open(path) {
-                if imagesOnly, file.image == nil { throw notAnImage(file, path) }
-                return (transfers.send(file, name: file.name, to: targets), false)
+            if let path, FileSystem.isSameFile(path, as: fd) {
+                // Read in place; copied only when this daemon may not open it by name (the
+                // client may: its descriptor says so). Any other error is the file's (one being
+                // written, say), and a copy would only take a mix of its bytes.
+                var file: OutgoingFile?
+                do {
+                    file = try await open(path)
+                } catch is NotOffered {
+                } catch let e as SystemError where e.code == EACCES || e.code == EPERM {
+                }
+                if let file {
+                    if imagesOnly, file.image == nil { throw notAnImage(file, path) }
+                    return (transfers.send(file, name: file.name, to: targets), false)
+                }
             }
             guard let offered = name ?? path.map(OutgoingFile.fileName) else {
                 throw PeerError.invalid("name", "required when the bytes come from a descriptor without a path")

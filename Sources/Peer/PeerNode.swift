@@ -99,7 +99,7 @@ public final class PeerNode: Sendable {
             throw PeerError.invalid("outbox", "\(error)")
         }
         transfers = NodeTransfers(inbox: config.inbox, policy: config.acceptResources, journal: config.transferJournal, outbox: outbox,
-                                  hashes: FileHashes(racyMargin: config.hashRacyMargin), logger: logger, isTrusted: { trust.isTrusted($0) }, emit: { onEvent(.resource($0)) })
+                                  hashes: FileHashes(racyMargin: config.hashRacyMargin), logger: logger, mayOffer: config.mayOffer, beforeReopening: config.beforeReopening, isTrusted: { trust.isTrusted($0) }, emit: { onEvent(.resource($0)) })
         transfers.setSessionSource { [weak self] peer in self?.state.withLock { $0.session(peer) } }
     }
 

@@ -50,6 +50,9 @@ public struct PeerNodeConfig: Sendable {
     /// Files changed less than this long (nanoseconds) before they are offered do not have
     /// their hashes remembered (`FileHashes.racyMargin`; tests set 0).
     public var hashRacyMargin: Int64 = FileHashes.defaultRacyMargin
+    /// Runs on the thread that opens a transfer read back from the journal again, before it
+    /// reads the file (a test seam: holding it holds that reading, as a large file's hash does).
+    public var beforeReopening: (@Sendable () -> Void)?
 
     /// Settings with defaults and `displayName`.
     public init(displayName: String) { self.displayName = displayName }

@@ -48,6 +48,35 @@ import Testing
         #expect(InboxTests.tree(outbox.directory).isEmpty)
     }
 
+    /// The reserve stays free between two looks at the free space too: each look asks for
+    /// room for what may come before the next one (16 MiB and a read), or for the rest of
+    /// the announced size. (A file system with 10 MiB beside the reserve: a copy of 12 MiB
+    /// went whole before, down into the reserve, as the first look was the only one.)
+    @Test(arguments: [(nil, false), (12 << 20, false), (8 << 20, true)] as [(UInt64?, Bool)])
+    func theReserveStaysFreeBetweenLooks(announced: UInt64?, fits: Bool) throws {
+        let dir = try Directory()
+        let reserve: UInt64 = 1 << 20
+        let outboxPath = dir.path + "/outbox"
+        // The free space the copy leaves: 10 MiB beside the reserve, less what it wrote.
+        let outbox = try Outbox(directory: outboxPath, reserveBytes: reserve) { directory in
+            let written = (try? FileSystem.names(in: directory))?.reduce(UInt64(0)) { total, name in
+                total + ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? UInt64) ?? 0)
+            } ?? 0
+            return reserve + (10 << 20) - min(written, reserve + (10 << 20))
+        }
+        let bytes = InboxTests.content(Int(announced ?? (12 << 20)))
+        let fd = try Self.source(bytes)
+        defer { closeQuietly(fd) }
+        let path = outbox.newPath()
+        if fits {
+            try outbox.copy(from: fd, to: path, expectedSize: announced)
+            #expect(FileManager.default.contents(atPath: path).map { [UInt8]($0) } == bytes)
+        } else {
+            #expect { try outbox.copy(from: fd, to: path, expectedSize: announced) } throws: { "\($0)".contains("stopped after 0 bytes") }
+            #expect(InboxTests.tree(outbox.directory).isEmpty)
+        }
+    }
+
     /// A descriptor that gives nothing for the idle time ends the copy, naming the wait.
     @Test func aSilentDescriptorEndsTheCopy() throws {
         let dir = try Directory()

@@ -24,7 +24,7 @@ import Testing
              acceptResources: ResourcePolicy = .all, identity: TLSIdentity? = nil, journal: String? = nil,
              outbox: String? = nil, mayOffer: (@Sendable (String) -> Bool)? = nil, consumeStreams: Bool = true,
              hashRacyMargin: Int64? = nil, transferIdleTimeout: Duration? = nil, port: UInt16 = 0,
-             trustPath: String? = nil) throws {
+             trustPath: String? = nil, beforeReopening: (@Sendable () -> Void)? = nil) throws {
             var config = PeerNodeConfig(displayName: name)
             config.port = port
             config.loopbackOnly = true
@@ -40,6 +40,7 @@ import Testing
             if let mayOffer { config.mayOffer = mayOffer }
             if let hashRacyMargin { config.hashRacyMargin = hashRacyMargin }
             if let transferIdleTimeout { config.transferIdleTimeout = transferIdleTimeout }
+            config.beforeReopening = beforeReopening
             self.consumeStreams = consumeStreams
             let box = Mutex<Node?>(nil)
             node = try PeerNode(identity: try identity ?? TLSIdentity.ephemeral(), config: config, trust: try TrustStore(path: trustPath),
