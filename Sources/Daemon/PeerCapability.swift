@@ -98,7 +98,7 @@ final class PeerCapability: DaemonCapability {
             let target: HostPort
             do throws(SystemError) { target = try HostPort(text) } catch { throw .invalidParams("address", error.context ?? "\(error)") }
             let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer") }
-            let context = try Self.bytes(p, base64: "context_base64") ?? []
+            let context = try Self.context(p)
             let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
             let s = try await rpc {
                 try await node.connect(to: target, context: context, timeout: .milliseconds(Int64(timeout * 1000)), expected: expected)
@@ -218,7 +218,7 @@ final class PeerCapability: DaemonCapability {
     private static func invite(_ p: RPCParams, _ node: PeerNode, _ discovery: PeerDiscovery) async throws(RPCError) -> JSONValue {
         try p.rejectUnknown(allowed: ["peer", "context_base64", "context", "timeout"])
         let peer = try Self.peer(p, "peer")
-        let invitation = try Self.bytes(p, base64: "context_base64", text: "context") ?? []
+        let invitation = try Self.context(p, text: "context")
         let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
         let targets = discovery.addresses(for: peer)
         guard !targets.isEmpty else {

@@ -138,6 +138,17 @@ extension PeerCapability {
         return nil
     }
 
+    /// An invitation's context: `context_base64` (or, where given, plain `context` text), at
+    /// most `Wire.maxContext` bytes; the error names the parameter given.
+    static func context(_ p: RPCParams, text: String? = nil) throws(RPCError) -> [UInt8] {
+        guard let bytes = try bytes(p, base64: "context_base64", text: text) else { return [] }
+        guard bytes.count <= Wire.maxContext else {
+            let key = try p.optionalString("context_base64") == nil ? text ?? "context_base64" : "context_base64"
+            throw .invalidParams(key, "at most \(Wire.maxContext) bytes, got \(bytes.count)")
+        }
+        return bytes
+    }
+
     // MARK: JSON
 
     static func json(_ id: PeerID) -> [String: JSONValue] {

@@ -30,10 +30,16 @@ extension PeerNode {
             return s.nextID
         }
         if let expected, let refusal = state.withLock({ $0.table.dialing(id, to: expected) }) {
-            // Connected already (the peer dialled too, and its connection won): that session
-            // is what was asked for.
-            if refusal == .duplicate, let existing = session(with: expected) { return existing }
-            throw PeerError.invalid("peer", refusal == .full ? "the session table is full" : "\(refusal)")
+            switch refusal {
+            case .duplicate:
+                // Connected already (the peer dialled too, and its connection won): that
+                // session is what was asked for (none: it is ending just now).
+                if let existing = session(with: expected) { return existing }
+                throw PeerError.unreachable(target.description, "its session is ending just now: connect again")
+            case .full: throw PeerError.full(config.maxPeers)
+            case .selfConnection: throw PeerError.invalid("peer", "that is this node's own ID")
+            default: throw PeerError.invalid("peer", "\(refusal)")
+            }
         }
         let addresses: [SocketAddress]
         do {

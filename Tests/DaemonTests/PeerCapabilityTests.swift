@@ -324,6 +324,8 @@ import Glibc
     @Test(arguments: [
         ("peer.connect", ["address": JSONValue.string("nohost")], "address"),
         ("peer.connect", ["address": "127.0.0.1:1", "peer": "xyz"], "peer"),
+        ("peer.connect", ["address": "127.0.0.1:1", "context_base64": .string(Data(count: 4097).base64EncodedString())], "context_base64: at most 4096"),
+        ("peer.invite", ["peer": .string(String(repeating: "ab", count: 32)), "context": .string(String(repeating: "c", count: 4097))], "context: at most 4096"),
         ("peer.send", ["to": "everyone", "text": "x"], "to"),
         ("peer.send", ["to": "all"], "data_base64"),
         ("peer.accept", ["invitation": 99], "invitation"),

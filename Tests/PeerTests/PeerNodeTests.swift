@@ -209,10 +209,18 @@ import Testing
 
     static func isInvitation(_ e: PeerEvent) -> Bool { if case .invitation = e { true } else { false } }
 
+    /// A full table: a peer's invitation is declined `full`, and a dial of the full side's
+    /// own to a known peer fails `full` (it said `invalid params: peer` before), as one by
+    /// address does once the peer answers.
     @Test func aFullTableDeclinesWithFull() async throws {
         let a = try Node("hub", maxPeers: 1), b = try Node("b"), c = try Node("c")
         _ = try await b.node.connect(to: a.address)
         await Self.expectRefused(.full) { _ = try await c.node.connect(to: try a.address) }
+        await #expect {
+            _ = try await a.node.connect(to: try c.address, expected: c.node.peerID)
+        } throws: { e in
+            if case PeerError.full(1) = e { true } else { false }
+        }
         for n in [a, b, c] { n.node.stop() }
     }
 
