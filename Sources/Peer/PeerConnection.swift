@@ -355,7 +355,13 @@ public final class PeerConnection: Sendable {
                 perform(s.machine.handle(.decodeFailed(error), now: .now), &s, &events)
                 return
             }
-            guard let frame else { return }
+            guard var frame else { return }
+            // A CREDIT for a resource or stream not in progress (it crossed the end on the
+            // wire, or names none) counts for the connection alone: its stream bytes are
+            // dropped unchecked (docs/peer-protocol.md, section 7).
+            if case .credit(let id, _, let connectionBytes) = frame, id != 0, !s.transfers.isLive(id) {
+                frame = .credit(streamID: 0, streamBytes: 0, connectionBytes: connectionBytes)
+            }
             if frame.flowControlledBytes > 0 { s.dataSinceStallLook = true }
             if case .credit = frame { s.movedSinceStallLook = true }
             perform(s.machine.handle(.frame(frame), now: .now), &s, &events)

@@ -194,6 +194,9 @@ extension PeerFlowTests {
             for id in 1...5_000 as ClosedRange<UInt32> {
                 try raw.send(.credit(streamID: id, streamBytes: 65_536, connectionBytes: 0))
             }
+            // Stream bytes no window could take, for an id not in progress: dropped, not a
+            // window past the maximum (that closed the session, and lost its connection bytes).
+            try raw.send(.credit(streamID: 5_001, streamBytes: UInt32.max, connectionBytes: 0))
             // Data for streams and resources never opened: each refused, and counted by the
             // machine against the windows, which must not keep an entry for the id either.
             for id in 6_001...6_100 as ClosedRange<UInt32> {
