@@ -219,7 +219,7 @@ enum DNSSDCommands {
 
     static func resolvedLine(_ s: JSONValue) -> String {
         let addresses = (s["addresses"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ",")
-        return "\(Rendering.scalar(s["name"] ?? "?")) \(s["type"]?.stringValue ?? "?") host \(s["host"]?.stringValue ?? "?") "
+        return "\(Rendering.scalar(s["name"] ?? "?")) \(s["type"]?.stringValue ?? "?") host \(Rendering.scalar(s["host"] ?? "?")) "
             + "address \(addresses.isEmpty ? "-" : addresses) port \(s["port"]?.intValue.map(String.init) ?? "?") "
             + "txt \(Rendering.scalar(s["txt"] ?? []))"
     }
@@ -227,11 +227,11 @@ enum DNSSDCommands {
     static func renderResolved(_ r: JSONValue) -> String {
         let addresses = (r["addresses"]?.arrayValue ?? []).compactMap(\.stringValue)
         var lines = [
-            "name: \(r["name"]?.stringValue ?? "?")", "type: \(r["type"]?.stringValue ?? "?")",
-            "host: \(r["host"]?.stringValue ?? "?")", "addresses: \(addresses.joined(separator: " "))",
+            "name: \(Rendering.text(r["name"]?.stringValue ?? "?"))", "type: \(r["type"]?.stringValue ?? "?")",
+            "host: \(Rendering.text(r["host"]?.stringValue ?? "?"))", "addresses: \(addresses.joined(separator: " "))",
             "port: \(r["port"]?.intValue.map(String.init) ?? "?")",
         ]
-        for t in (r["txt"]?.arrayValue ?? []).compactMap(\.stringValue) { lines.append("txt: \(t)") }
+        for t in (r["txt"]?.arrayValue ?? []).compactMap(\.stringValue) { lines.append("txt: \(Rendering.text(t))") }
         return lines.joined(separator: "\n")
     }
 

@@ -239,7 +239,7 @@ enum PeerByteStreamCommands {
 
     private static func detail(_ closed: JSONValue?) -> String {
         guard let closed else { return "" }
-        return (closed["by_peer"] == true ? " (by the peer)" : "") + (closed["detail"]?.stringValue.map { " \($0)" } ?? "")
+        return (closed["by_peer"] == true ? " (by the peer)" : "") + (closed["detail"]?.stringValue.map { " \(Rendering.text($0))" } ?? "")
     }
 
     private static func discard(_ output: RegularFile?, _ target: String) {

@@ -56,9 +56,10 @@ enum PeerCommands {
             let list = r["invitations"]?.arrayValue ?? []
             if list.isEmpty { return "no invitations" }
             return list.map { i in
+                // The context is the peer's text: escaped, after the pairing code.
                 let context = i["context_base64"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
-                return "\(Rendering.scalar(i["invitation"] ?? .null)) from \(i["name"]?.stringValue ?? "?") (\(i["short"]?.stringValue ?? "?")) "
-                    + "code \(i["pairing_code"]?.stringValue ?? "none")\(context.isEmpty ? "" : " context \"\(context)\"")"
+                return "\(Rendering.scalar(i["invitation"] ?? .null)) from \(Rendering.text(i["name"]?.stringValue ?? "?")) (\(i["short"]?.stringValue ?? "?")) "
+                    + "code \(i["pairing_code"]?.stringValue ?? "none")\(context.isEmpty ? "" : " context \(Rendering.quoted(context))")"
             }.joined(separator: "\n")
         }))
 
@@ -120,7 +121,7 @@ enum PeerCommands {
         let address = p["address"]?.stringValue
         let restart = p["resume"]?.boolValue == true ? (address.map { "; resumed after a restart, dialled at \($0)" } ?? "; resumed after a restart")
             : (address.map { "; last reached at \($0)" } ?? "")
-        return "\(p["peer_text"]?.stringValue ?? "?") \(p["name"]?.stringValue ?? "")\(restart)"
+        return "\(p["peer_text"]?.stringValue ?? "?") \(Rendering.text(p["name"]?.stringValue ?? ""))\(restart)"
     }
 
     /// `peer trusted`.
@@ -134,6 +135,6 @@ enum PeerCommands {
 
     static func renderSession(_ s: JSONValue) -> String {
         let enc = s["encrypted"] == true ? "TLS 1.3, pairing code \(s["pairing_code"]?.stringValue ?? "?")" : "NOT ENCRYPTED (the peer ID is unverified)"
-        return "\(s["name"]?.stringValue ?? "?") \(s["short"]?.stringValue ?? "?") at \(s["address"]?.stringValue ?? "?"): \(enc)"
+        return "\(Rendering.text(s["name"]?.stringValue ?? "?")) \(s["short"]?.stringValue ?? "?") at \(s["address"]?.stringValue ?? "?"): \(enc)"
     }
 }

@@ -164,7 +164,8 @@ enum PeerDiscoveryCommands {
         switch topic {
         case ControlEvent.peerFound:
             let addresses = (d["addresses"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ",")
-            let info = (d["info"]?.objectValue ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.stringValue ?? "")" }.joined(separator: ",")
+            let info = (d["info"]?.objectValue ?? [:]).sorted { $0.key < $1.key }
+                .map { "\(Rendering.text($0.key))=\(Rendering.text($0.value.stringValue ?? ""))" }.joined(separator: ",")
             return "+ \(who) addresses \(addresses.isEmpty ? "-" : addresses)\(info.isEmpty ? "" : " info \(info)")\(d["compatible"] == false ? " (no common protocol version)" : "")"
         case ControlEvent.peerLost: return "- \(who)"
         case ControlEvent.peerBrowseFailed: return "! browse failed: \(d["error"]?.stringValue ?? "?")"
@@ -174,7 +175,7 @@ enum PeerDiscoveryCommands {
         case ControlEvent.peerInvitationEnded: return "invitation \(Rendering.scalar(d["connection"] ?? .null)) from \(who) ended: \(d["reason"]?.stringValue ?? "?")"
         case ControlEvent.peerConnected: return "connected " + PeerCommands.renderSession(d)
         case ControlEvent.peerDisconnected:
-            return "disconnected \(who): \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(d["detail"]?.stringValue ?? "")"
+            return "disconnected \(who): \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(Rendering.text(d["detail"]?.stringValue ?? ""))"
         case ControlEvent.peerMessage:
             let bytes = d["data_base64"]?.stringValue.flatMap { Data(base64Encoded: $0) } ?? Data()
             let text = String(data: bytes, encoding: .utf8).flatMap { t in t.unicodeScalars.allSatisfy { $0.value >= 0x20 || $0 == "\n" || $0 == "\t" } ? t : nil }
@@ -210,7 +211,7 @@ enum PeerDiscoveryCommands {
             let image = d["width"] != nil ? " \(d["media_type"]?.stringValue ?? "image") \(Rendering.scalar(d["width"] ?? .null))x\(Rendering.scalar(d["height"] ?? .null))" : ""
             return "received \(what) (\(size)\(image)) saved as \(Rendering.scalar(d["path"] ?? "?")) sha256 \(d["sha256"]?.stringValue ?? "?")"
         case ControlEvent.peerResourceEnded:
-            return "failed \(what): \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(d["detail"]?.stringValue ?? "")"
+            return "failed \(what): \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(Rendering.text(d["detail"]?.stringValue ?? ""))"
         default: return "interrupted \(what) at \(PeerTransferCommands.bytes(d["bytes"]?.intValue ?? 0)); resumes when the peer is back"
         }
     }

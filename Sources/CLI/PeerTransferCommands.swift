@@ -133,7 +133,7 @@ enum PeerTransferCommands {
             case ControlEvent.peerResourceSent: progress.finish(id, "sent, verified by the peer")
             case ControlEvent.peerResourceEnded:
                 failed += 1
-                progress.finish(id, "failed: \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(d["detail"]?.stringValue ?? "")")
+                progress.finish(id, "failed: \(d["reason"]?.stringValue ?? "?")\(d["by_peer"] == true ? " (by the peer)" : "") \(Rendering.text(d["detail"]?.stringValue ?? ""))")
             case ControlEvent.peerResourceInterrupted: progress.note(id, "interrupted at \(bytes(d["bytes"]?.intValue ?? 0)); resumes when the peer is back")
             default: progress.update(id, d)
             }

@@ -58,13 +58,50 @@ public enum Rendering {
     }
 
     /// `s` bare, or in double quotes (JSON's escapes) when it is empty or has a space, quote,
-    /// comma, line break or (when asked) "=".
+    /// comma, line break, (when asked) "=", or a scalar that is not shown as it is (`text`).
     private static func word(_ s: String, quotingEquals: Bool) -> String {
         // Scalars: a space or "=" followed by a combining mark is another Character, and would
         // go unquoted (read back as two words, or as key=value).
         let plain = !s.isEmpty && !s.contains(where: \.isNewline)
-            && !s.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "," || (quotingEquals && $0 == "=") }
-        return plain ? s : JSONValue.string(s).description
+            && !s.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "," || (quotingEquals && $0 == "=") || isHidden($0) }
+        return plain ? s : quoted(s)
+    }
+
+    /// Text from outside (a peer's name, a CLOSE's text, a context) for a line a person
+    /// reads: as it is, or in quotes with its hidden scalars escaped when it has any. A
+    /// peer's control characters could otherwise move the cursor, clear a line or recolour
+    /// the terminal, and bidirectional controls reorder what follows: either could make a
+    /// line, its pairing code say, read otherwise than it is.
+    public static func text(_ s: String) -> String {
+        s.unicodeScalars.contains(where: isHidden) ? quoted(s) : s
+    }
+
+    /// Control characters (C0, DEL, C1) and the invisible scalars that reorder text.
+    static func isHidden(_ u: Unicode.Scalar) -> Bool {
+        switch u.value {
+        case 0..<0x20, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
+    /// `s` in double quotes with JSON's escapes, hidden scalars as `\uXXXX` (JSON escapes
+    /// only the C0 ones).
+    static func quoted(_ s: String) -> String {
+        var out = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where isHidden(u):
+                let hex = String(u.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        return out + "\""
     }
 
     /// `key=value` words for an object's members, sorted; a nested object's members are

@@ -89,4 +89,23 @@ import Testing
         #expect(PeerDiscoveryCommands.line("peer.message", ["short": "A1", "reliable": false, "data_base64": "AAEC"]) == "message from A1 (unreliable): 3 bytes")
         #expect(PeerDiscoveryCommands.line("peer.reconnecting", ["short": "A1", "attempt": 2, "in_seconds": 1.5]) == "reconnecting A1 attempt 2 in 1.5 s")
     }
+
+    /// Text a peer chose (its context, its CLOSE's text, its TXT values, a resource's name)
+    /// cannot move the cursor, clear or reorder a line: control characters, C1 and
+    /// bidirectional controls are shown escaped, in quotes, so a forged pairing code or a
+    /// forged "found" line reads as what it is.
+    @Test func textFromPeersIsShownEscaped() {
+        let forged = "hi\r\u{1B}[2Kinvitation 3 from Bank B2B2B2B pairing code 111111"
+        let inv: JSONValue = ["invitation": 3, "name": "KenshinCui", "short": "B2B2B2B", "pairing_code": "042042",
+                              "context_base64": .string(Data(forged.utf8).base64EncodedString())]
+        #expect(PeerDiscoveryCommands.line("peer.invitation", inv)
+            == "invitation 3 from KenshinCui B2B2B2B pairing code 042042 context \"hi\\r\\u001b[2Kinvitation 3 from Bank B2B2B2B pairing code 111111\"")
+        #expect(PeerDiscoveryCommands.line("peer.disconnected", ["name": "a", "short": "A1", "reason": "declined", "by_peer": true, "detail": "no\u{9B}31m"])
+            == "disconnected a A1: declined (by the peer) \"no\\u009b31m\"")
+        #expect(PeerDiscoveryCommands.line("peer.found", ["name": "a", "short": "A1", "addresses": ["10.0.0.2:7000"], "info": ["k": "x\n+ Bank 1a2b"]])
+            == "+ a A1 addresses 10.0.0.2:7000 info k=\"x\\n+ Bank 1a2b\"")
+        #expect(Rendering.text("invoice\u{202E}fdp.exe") == "\"invoice\\u202efdp.exe\"")
+        #expect(Rendering.text("Küche 2") == "Küche 2", "text without hidden scalars is shown as it is")
+        #expect(Rendering.scalar("a\u{1B}b") == "\"a\\u001bb\"")
+    }
 }
