@@ -175,7 +175,7 @@ extension DNSSDClient {
             let r = ResolvedService(
                 name: name, type: type, domain: domain, interface: DNSSDValidation.interfaceName(iface), proto: protoName(proto),
                 host: host, addresses: address.map { [$0] } ?? [], port: port, txt: txt,
-                isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil)
+                isCached: flags.rawValue & AVAHI_LOOKUP_RESULT_CACHED.rawValue != 0, elapsedMilliseconds: nil, interfaceIndex: iface)
             resolveCache.withLock { $0.store(r, interfaceIndex: iface, browseID: id, now: Self.monotonicSeconds()) }
             onEvent(.resolved(browseID: id, r))
         } else {

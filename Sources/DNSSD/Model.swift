@@ -109,6 +109,9 @@ public struct ResolvedService: Sendable, Hashable {
     public var fromDaemonCache = false
     /// With `fromDaemonCache`: how old the stored result was, in milliseconds.
     public var cacheAgeMilliseconds: Double?
+    /// The interface's index (-1: unknown). Unlike its name it still identifies the
+    /// interface once that has gone, when its services' removals arrive.
+    public var interfaceIndex: Int32 = -1
 }
 
 /// A service type seen on the network.

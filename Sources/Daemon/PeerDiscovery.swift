@@ -24,11 +24,12 @@ final class PeerDiscovery: Sendable {
     private let logger: Logger
     private let state = Mutex(State())
 
-    /// One resolved instance, seen by one browse on one interface and protocol.
+    /// One resolved instance, seen by one browse on one interface (by index: a removed
+    /// interface has no name any more when its services' removals arrive) and protocol.
     private struct Key: Hashable {
         var browse: String
         var name: String
-        var interface: String
+        var interface: Int32
         var proto: String
     }
 
@@ -45,6 +46,9 @@ final class PeerDiscovery: Sendable {
     private struct State {
         /// Advertised service types → their publication IDs.
         var advertised: [String: String] = [:]
+        /// Types whose first publication is under way (a second `advertise` meanwhile would
+        /// publish them twice: Avahi renames the second "NAME #2", and the first is lost).
+        var publishing: Set<String> = []
         var browses: [String: Browse] = [:]
         var sightings: [Key: Sighting] = [:]
         /// What each browse last reported per peer (so repeats of the same view are not sent).
@@ -82,11 +86,19 @@ final class PeerDiscovery: Sendable {
         guard let client = dnssd.client else { throw .internalError("DNS-SD is not set up") }
         let txt = try check { try TXTRecord(record.entries, param: "info") }
         let service = try check { try ServiceType("_\(type)._tcp") }
-        let existing = state.withLock { $0.advertised[type] }
+        let existing = state.withLock { s -> String?? in
+            if let id = s.advertised[type] { return .some(id) }
+            return s.publishing.insert(type).inserted ? .some(nil) : nil
+        }
+        guard let existing else {
+            throw RPCError(code: RPCErrorCode.busy, message: "\"\(type)\" is being advertised by another request: try again once it is up",
+                           data: ["kind": "busy"])
+        }
         let publication: PublicationInfo
         if let existing {
             publication = try await rpc { try await client.updateTXT(existing, txt) }
         } else {
+            defer { _ = state.withLock { $0.publishing.remove(type) } }
             publication = try await rpc { try await client.publish(ServiceSpec(name: node.config.displayName, type: service, port: node.port, txt: txt)) }
             state.withLock { $0.advertised[type] = publication.id }
         }
@@ -163,7 +175,7 @@ final class PeerDiscovery: Sendable {
     private func handle(_ event: DNSSDEvent) {
         switch event {
         case .resolved(let id, let r):
-            let key = Key(browse: id, name: r.name, interface: r.interface, proto: r.proto)
+            let key = Key(browse: id, name: r.name, interface: r.interfaceIndex, proto: r.proto)
             let record: DiscoveredRecord
             do {
                 record = try DiscoveredRecord(entries: r.txt.entries)
@@ -176,11 +188,23 @@ final class PeerDiscovery: Sendable {
             let addresses = r.addresses.compactMap { Self.hostPort($0, port: r.port, interface: r.interface) }
             update(id) { $0.sightings[key] = Sighting(record: record, addresses: addresses) }
         case .removed(let id, let f):
-            remove(Key(browse: id, name: f.name, interface: f.interface, proto: f.proto))
+            remove(Key(browse: id, name: f.name, interface: f.interfaceIndex, proto: f.proto))
         case .browseFailed(let id, let error):
+            // Nothing more will be seen: what was seen is reported lost (not kept as if there).
+            update(id) { s in for k in s.sightings.keys where k.browse == id { s.sightings[k] = nil } }
             send(id, ControlEvent.peerBrowseFailed, ["error": .string(error)])
-        case .resolveFailed(_, let f, let error):
+        case .browseInterrupted(let id):
+            // avahi-daemon went away: nothing is seen until it is back, and then only what is
+            // there (a peer that left meanwhile is never removed by the new browser). Lost
+            // now; found again as the resumed browse sees them.
+            update(id) { s in for k in s.sightings.keys where k.browse == id { s.sightings[k] = nil } }
+        case .resolveFailed(let id, let f, let error):
+            // A kept resolver fails when the service's records expire (a peer that lost power
+            // or left the network without a goodbye): gone, long before the browser's entry
+            // expires (an hour and more). A peer that is there after all is found again when
+            // it announces itself.
             logger.info("a peer's service did not resolve", ["service": f.name, "why": error])
+            remove(Key(browse: id, name: f.name, interface: f.interfaceIndex, proto: f.proto))
         default:
             break
         }

@@ -205,10 +205,13 @@ extension PeerNode {
     /// `connect` to each of `targets` in turn (a peer's addresses from discovery, or where it
     /// was last reached) until one is reached: a target that cannot be reached is passed over,
     /// and so is one where another board answers (`identity-mismatch`: the peer's old address,
-    /// now someone else's; not dialled first again if it was where the peer was last reached); any other
-    /// failure (declined, timed out, refused) is the answer. With none reached, the
-    /// `identity-mismatch` if there was one (a connection existed: for a trusted peer its end
-    /// scheduled the next redial), else the last `unreachable` error.
+    /// now someone else's; not dialled first again if it was where the peer was last reached),
+    /// and one that ended the attempt before the peer showed who it is (a board that says it is
+    /// the peer in its DNS-SD record and then stays silent, or closes, could otherwise keep the
+    /// peer's real addresses from being tried). A refusal by the peer itself (declined, timed
+    /// out, full) is the answer. With none reached, the `identity-mismatch` if there was one
+    /// (a connection existed: for a trusted peer its end scheduled the next redial), else the
+    /// last error.
     public func connect(toFirstOf targets: [HostPort], context: [UInt8] = [], timeout: Duration = .seconds(30),
                         expected: PeerID? = nil) async throws -> PeerSummary {
         var last = PeerError.unreachable(expected?.shortText ?? "the peer", "no address known")
@@ -223,6 +226,8 @@ extension PeerNode {
                 case .refused(let d) where d.reason == .identityMismatch && !d.byPeer && expected != nil:
                     someoneElse = e
                     if let expected { forgetReached(target, of: expected) }
+                case .refused(let d) where !d.verified || (expected != nil && d.peer != expected):
+                    last = e
                 default:
                     throw e
                 }

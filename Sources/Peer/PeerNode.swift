@@ -558,7 +558,8 @@ public final class PeerNode: Sendable {
             keepingTrust("a session ended by a choice is not marked so for a restart", verifiedPeer) { try trust.sessionEndedByChoice(verifiedPeer) }
         }
         let info = PeerDisconnect(connection: c.id, peer: hello?.peerID, displayName: hello?.displayName, remote: c.remote,
-                                  reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession)
+                                  reason: reason, detail: detail, byPeer: byPeer, wasConnected: wasSession,
+                                  verified: verifiedPeer != nil && verifiedPeer == hello?.peerID)
         if wasSession {
             logger.info("peer session ended", ["peer.id": hello?.peerID.shortText ?? "?", "reason": reason.name, "why": detail,
                                                "by": byPeer ? "peer" : "us"])

@@ -120,6 +120,10 @@ public struct PeerDisconnect: Sendable, Hashable {
     public let byPeer: Bool
     /// Whether a session was up on it.
     public let wasConnected: Bool
+    /// Whether the peer had shown it is `peer` (TLS with that ID's certificate, or its HELLO
+    /// taken in plain text) before it ended: a reason said before then could come from
+    /// anyone at that address.
+    public var verified = false
 }
 
 /// What a node reports, in order per peer.

@@ -478,6 +478,31 @@ import Testing
         for n in [b, c, d] { n.node.stop() }
     }
 
+    /// A board that claims a peer's ID in its DNS-SD record (so its address is among the
+    /// peer's) and ends every connection before showing who it is (here: closes it at once)
+    /// does not keep the peer's real address from being tried; nor does one that never
+    /// answers (the same path, after the handshake's time). Before, its refusal was taken
+    /// for the peer's answer and `peer.invite` failed.
+    @Test func anAddressThatEndsTheAttemptBeforeThePeerShowsItselfIsPassedOver() async throws {
+        let b = try Node("board-b"), d = try Node("board-d")
+        defer { for n in [b, d] { n.node.stop() } }
+        // Accepts, finds nothing behind it, closes: the dial sees the transport end.
+        let liar = try TCPRelay(to: try Self.portNobodyElseGets())
+        defer { liar.close() }
+        let s = try await b.node.connect(toFirstOf: [try HostPort("127.0.0.1:\(liar.port)"), try d.address], expected: d.node.peerID)
+        #expect(s.peer == d.node.peerID)
+        // The peer's own refusal is still the answer: the next address is not tried.
+        let full = try Node("board-e", maxPeers: 1), other = try Node("board-f")
+        defer { for n in [full, other] { n.node.stop() } }
+        _ = try await other.node.connect(to: full.address)
+        let spare = try Node("board-g")
+        defer { spare.node.stop() }
+        await Self.expectRefused(.full) {
+            _ = try await b.node.connect(toFirstOf: [try full.address, try spare.address], expected: full.node.peerID)
+        }
+        #expect(spare.count { if case .disconnected = $0 { true } else { false } } == 0, "the next address was dialled")
+    }
+
     /// `dialer` connects to `listener`, whose client accepts the invitation (its policy asks),
     /// and both trust each other.
     static func askedAndTrusted(_ dialer: Node, dials listener: Node) async throws {

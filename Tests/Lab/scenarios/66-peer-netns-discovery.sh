@@ -5,8 +5,11 @@
 # _cmj-stream._tcp from pl-peer1 at 10.77.0.1 on p1's port with the TXT pv, pid, pn and the
 # info; p2's peer browse finds p1 at that address; p2 invites p1 by its display name; p1's
 # client accepts on the event (the same pairing code on both); p1 withdraws the advertisement
-# and both p2's browse (peer.lost) and host 2's avahi-browse see it gone.
-# timeout: 180
+# and both p2's browse (peer.lost) and host 2's avahi-browse see it gone. p1 advertises
+# again; host 2's avahi-daemon stops: p2's browse reports p1 lost (nothing is seen without
+# it, and a peer that left meanwhile would never be removed), and finds it again once host
+# 2's avahi-daemon is back.
+# timeout: 240
 . "$LAB_DIR/lib.sh"
 . "$LAB_DIR/peer-lib.sh"
 require_peerlink
@@ -43,7 +46,7 @@ for kv in pv=1 "pid=$P1_TEXT" pn=host-1 room=lab; do
 done
 
 note "p2 browses and finds p1 at its address"
-spawn browse-p2 pl_watch p2 --json peer browse cmj-stream --timeout 120
+spawn browse-p2 pl_watch p2 --json peer browse cmj-stream --timeout 200
 wait_log 30 browse-p2 "${PEER_ID[p1]}" || fail "p2's browse did not find p1: $(cat "$(log_of browse-p2)")"
 FOUND=$(grep '"peer.found"' "$(log_of browse-p2)" | grep -F "${PEER_ID[p1]}" | tail -n 1)
 assert_contains "$FOUND" '10.77.0.1:7001' "p1's address in peer.found"
@@ -68,4 +71,21 @@ expect_rc 0 pl p1 peer advertise cmj-stream --stop
 wait_log 20 browse-p2 '"peer.lost"' || fail "p2's browse did not report p1 lost: $(tail -n 3 "$(log_of browse-p2)")"
 wait_for 30 sh -c '! DBUS_SYSTEM_BUS_ADDRESS="$1" timeout 20 avahi-browse -p -t _cmj-stream._tcp 2>/dev/null | grep -q ";host-1;"' sh "$(peer_bus 2)" \
     || fail "host 2's avahi-browse still sees host-1"
+
+note "p1 advertises again; host 2's avahi-daemon stops: p2's browse reports p1 lost, then finds it when it is back"
+# events NAME: how many NAME events p2's browse has reported.
+events() { grep -c "\"$1\"" "$(log_of browse-p2)"; }
+FOUND_BEFORE=$(events peer.found)
+expect_rc 0 pl p1 peer advertise cmj-stream --info room=lab
+wait_for 30 sh -c '[ "$(grep -c "\"peer.found\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$FOUND_BEFORE" \
+    || fail "p2's browse did not find p1 again: $(tail -n 3 "$(log_of browse-p2)")"
+LOST_BEFORE=$(events peer.lost)
+pkill -f -- "$PEER_NET_DIR/ns2/avahi-daemon.conf" || fail "no avahi-daemon of host 2 to stop"
+wait_for 20 sh -c '[ "$(grep -c "\"peer.lost\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$LOST_BEFORE" \
+    || fail "p2's browse did not report p1 lost when host 2's avahi-daemon stopped: $(tail -n 3 "$(log_of browse-p2)")"
+FOUND_BEFORE=$(events peer.found)
+peer_net_avahi 2
+wait_for 60 sh -c '[ "$(grep -c "\"peer.found\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$FOUND_BEFORE" \
+    || fail "p2's browse did not find p1 once host 2's avahi-daemon was back: $(tail -n 3 "$(log_of browse-p2)")"
+assert_contains "$(grep '"peer.found"' "$(log_of browse-p2)" | tail -n 1)" '10.77.0.1:7001' "p1's address found again"
 note "ok"
