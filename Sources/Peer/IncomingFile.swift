@@ -57,20 +57,31 @@ public final class IncomingFile: @unchecked Sendable {
         }
         saved = nil
         do {
-            let file = try RegularFile.openForWriting(dataPath)
-            self.file = file
+            var file = try RegularFile.openForWriting(dataPath)
+            // A part that is also a file elsewhere (a crash between the link into the inbox and
+            // the part's removal left both names) is that file: written to, it would change a
+            // saved file in place. The inbox keeps its name; the part starts over.
+            let linkedElsewhere = try file.linkCount() > 1
+            if linkedElsewhere {
+                file.close()
+                try FileSystem.remove(dataPath)
+                file = try RegularFile.openForWriting(dataPath)
+            }
             let hasher = try SHA256Digest()
-            digest = hasher
-            let record = Self.record(statePath)
+            let record = linkedElsewhere ? nil : Self.record(statePath)
             let length = try file.size()
-            let trusted = record?.boot == inbox.bootID ? length : min(record?.length ?? 0, length)
+            // Only a record of this very boot vouches for unflushed bytes (an unknown boot,
+            // "", vouches for nothing: the bytes may be gone with a power cut).
+            let sameBoot = !inbox.bootID.isEmpty && record?.boot == inbox.bootID
+            let trusted = sameBoot ? length : min(record?.length ?? 0, length)
             let start = min(trusted, offer.size)
             try file.truncate(to: start)
             let at = try file.readChunks(upTo: start) { try hasher.update($0) }
-            offset = at
-            received = at
-            synced = at
             try Self.writeRecord(statePath, length: at, boot: inbox.bootID)
+            // Set last: nothing throws once the object is whole, so a failure never runs its
+            // `deinit` (whose release would free the key a second time, after `Inbox.receive`
+            // did, perhaps another transfer's by then).
+            (self.file, digest, offset, received, synced) = (file, hasher, at, at, at)
         } catch let e as InboxError {
             throw e
         } catch {
@@ -153,6 +164,10 @@ public final class IncomingFile: @unchecked Sendable {
             discard()
             throw .hashMismatch(expected: offer.sha256, got: got)
         }
+        // The save (three flushes: most of a second or more on an SD card) may outlast the
+        // session, whose sender offers the file again on its next one: that offer waits for
+        // the save as for a record (`Inbox.recordingWait`), then finds the file saved.
+        inbox.recording(self, key: key)
         inbox.beforeSaving()
         do {
             try file.sync()

@@ -37,7 +37,10 @@ extension PeerConnection {
             } catch {
                 return declineResource(id, reason: error.reason, detail: error.description)
             }
-            transfers { s in s.transfers.accept(id, file: file, now: .now) }
+            // The session may have ended meanwhile: what the part holds stays for a resume, a
+            // new empty one goes.
+            transfers({ s in s.transfers.accept(id, file: file, now: .now) },
+                      ifClosed: { if file.offset > 0 { file.suspend() } else { file.discard() } })
         }
     }
 
@@ -180,13 +183,19 @@ extension PeerConnection {
         }
     }
 
-    private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome) {
+    private func transfers(_ body: @escaping @Sendable (inout State) -> ConnectionTransfers.Outcome,
+                           ifClosed: (@Sendable () -> Void)? = nil) {
         queue.async { [self] in
+            var closed = false
             turn { s, events in
-                guard !s.closed else { return }
+                guard !s.closed else {
+                    closed = true
+                    return
+                }
                 apply(body(&s), &s, &events)
                 endOfTurn(&s, &events)
             }
+            if closed { ifClosed?() }
         }
     }
 }

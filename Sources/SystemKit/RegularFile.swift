@@ -64,6 +64,13 @@ public final class RegularFile: @unchecked Sendable {
     /// The file's size in bytes.
     public func size() throws -> UInt64 { try status().size }
 
+    /// How many names the file has (hard links).
+    public func linkCount() throws -> UInt64 {
+        var info = stat()
+        try syscall("fstat", context: path) { fstat(fd, &info) }
+        return UInt64(info.st_nlink)
+    }
+
     /// The file's size and when its content last changed (nanoseconds since 1970): together,
     /// what says a file was not modified between two looks.
     public func status() throws -> (size: UInt64, modified: Int64) {

@@ -138,23 +138,24 @@ import Testing
 
     /// A daemon killed mid-transfer: in the same boot every byte it wrote is in the part (the
     /// page cache keeps it), so the part resumes from its whole length; after a reboot only
-    /// what was flushed and recorded counts.
-    @Test(arguments: [true, false])
-    func aCutTransferResumes(sameBoot: Bool) throws {
+    /// what was flushed and recorded counts, and so when the boot cannot be told (no boot id:
+    /// "" matched "" and vouched for unflushed bytes).
+    @Test(arguments: [("boot-1", "boot-1", 25_000), ("boot-1", "boot-2", 20_000), ("", "", 20_000)])
+    func aCutTransferResumes(firstBoot: String, secondBoot: String, resumesAt: UInt64) throws {
         let dir = try Directory()
         let limits = Inbox.Limits(syncInterval: 10_000)
         let bytes = Self.content(50_000, seed: 3)
         let offer = try Self.offer("big.bin", bytes)
         do {
-            let inbox = try Inbox(directory: dir.path, limits: limits, bootID: "boot-1")
+            let inbox = try Inbox(directory: dir.path, limits: limits, bootID: firstBoot)
             let part = try inbox.receive(offer, from: Self.peer)
             try part.write(Array(bytes[0..<20_000]))  // past the interval: flushed and recorded
             try part.write(Array(bytes[20_000..<25_000]))
             // The daemon is killed here: 20,000 bytes were recorded, 5,000 more written after.
         }
-        let inbox = try Inbox(directory: dir.path, limits: limits, bootID: sameBoot ? "boot-1" : "boot-2")
+        let inbox = try Inbox(directory: dir.path, limits: limits, bootID: secondBoot)
         let part = try inbox.receive(offer, from: Self.peer)
-        #expect(part.offset == (sameBoot ? 25_000 : 20_000))
+        #expect(part.offset == resumesAt)
         try part.write(Array(bytes[Int(part.offset)...]))
         let saved = try part.finish()
         #expect(try Data(contentsOf: URL(fileURLWithPath: saved.path)) == Data(bytes))
@@ -169,6 +170,31 @@ import Testing
         try again.write(Array(Self.content(50_000, seed: 4)[0..<1234]))
         again.suspend()
         #expect(try Inbox(directory: dir.path, limits: limits, bootID: "boot-3").receive(next, from: Self.peer).offset == 1234)
+    }
+
+    /// A part that is also a file in the inbox (a crash between the link that saved it and
+    /// the part's removal) is not resumed into: the inbox's file stays as it was saved, and
+    /// the part starts over under its own name (before, the part was cut to its recorded
+    /// length, and so was the saved file, and the new bytes went into it).
+    @Test func aPartLinkedToASavedFileStartsOver() throws {
+        let dir = try Directory()
+        let limits = Inbox.Limits(syncInterval: 10_000)
+        let bytes = Self.content(50_000, seed: 5)
+        let offer = try Self.offer("linked.bin", bytes)
+        let inbox = try Inbox(directory: dir.path, limits: limits, bootID: "boot-1")
+        let part = try inbox.receive(offer, from: Self.peer)
+        try part.write(Array(bytes[0..<20_000]))
+        part.suspend()
+        // As the crash left it: the whole file saved under its name, and still the part's.
+        let data = try #require(Self.tree(dir.path).first { $0.hasPrefix(".part/") && $0.hasSuffix(".data") })
+        try FileManager.default.removeItem(atPath: dir.path + "/" + data)
+        try Data(bytes).write(to: URL(fileURLWithPath: dir.path + "/linked.bin"))
+        try FileManager.default.linkItem(atPath: dir.path + "/linked.bin", toPath: dir.path + "/" + data)
+        let again = try Inbox(directory: dir.path, limits: limits, bootID: "boot-2").receive(offer, from: Self.peer)
+        #expect(again.offset == 0, "started over")
+        try again.write(Array(repeating: 0xEE, count: 1000))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: dir.path + "/linked.bin")) == Data(bytes), "the saved file is untouched")
+        again.discard()
     }
 
     /// A part nobody resumed within `partRetention` is removed when the inbox is next opened

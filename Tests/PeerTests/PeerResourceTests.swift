@@ -317,11 +317,16 @@ import Testing
     /// session itself): the file is still saved and reported, and the sender, which never
     /// heard the confirmation and reports the transfer interrupted, offers it again on its
     /// next session; the receiver answers that it has it all, so the sender finishes without
-    /// sending a byte more and the inbox holds one copy.
-    @Test func aFileSavedAfterItsSessionEndedIsNotReceivedTwice() async throws {
+    /// sending a byte more and the inbox holds one copy. `offeredWhileSaving`: the new offer
+    /// comes while the save is still held (a slow card's flushes), for longer than a transfer
+    /// holding the part is waited for (`duplicateWait`, short here): it waits for the save
+    /// (it was declined `duplicate`, and the sender reported the file failed).
+    @Test(arguments: [false, true])
+    func aFileSavedAfterItsSessionEndedIsNotReceivedTwice(offeredWhileSaving: Bool) async throws {
         let dir = try Directory()
         let gate = SaveGate()
-        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", beforeSaving: { gate.hold() }), acceptResources: .all)
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeSaving: { gate.hold() }),
+                         acceptResources: .all)
         let b = try Node("sender")
         defer { a.node.stop(); b.node.stop() }
         defer { gate.open() }
@@ -332,9 +337,13 @@ import Testing
         #expect(await gate.entered(), "the receiver got every byte and began to save")
         try a.node.disconnect(b.node.peerID)
         #expect(await b.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.id == id } else { false } } != nil)
+        if offeredWhileSaving {
+            _ = try await b.node.connect(to: a.address)
+            try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait while the save is held)
+        }
         gate.open()
         #expect(await Self.received(a)?.1.name == "twice.bin", "saved and reported after its session")
-        _ = try await b.node.connect(to: a.address)
+        if !offeredWhileSaving { _ = try await b.node.connect(to: a.address) }
         #expect(await b.wait("sent") { if case .resource(.sent(let t)) = $0 { t.id == id } else { false } } != nil)
         #expect(await a.signal.wait(timeout: .seconds(10)) { a.count { if case .resource(.received) = $0 { true } else { false } } == 2 },
                 "reported received again, the offer answered complete")
