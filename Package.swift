@@ -85,7 +85,7 @@ let package = Package(
         .testTarget(name: "ControlTests", dependencies: ["Control"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit", "TestSupport"]),
         .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit"]),
+        .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "SystemKit"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "DNSSDTests", dependencies: ["DNSSD", "Logging"]),

@@ -86,7 +86,7 @@ enum CentralCommands {
         defer { client.close() }
         let r = try context.perform(RPCCall(method: ControlMethod.centralScan, params: p, minimumReplyTimeout: 15), on: client)
         let id = r["scan"]?.stringValue ?? ""
-        context.onStreamingStarted()
+        context.streamingStarted()
         // The daemon ends the scan at its timeout; the reader waits a little longer for that event.
         let events = EventReader(client: client, seconds: seconds.map { $0 + 5 })
         var found = 0
@@ -325,7 +325,7 @@ enum CentralCommands {
         if !context.json {
             context.stderr.write("subscribed to \(r["characteristic"]?.stringValue ?? "?") of \(r["device"]?.stringValue ?? "?") via \(r["via"]?.stringValue ?? "?")\(r["mtu"]?.intValue.map { ", MTU \($0)" } ?? "")\n")
         }
-        context.onStreamingStarted()
+        context.streamingStarted()
         let events = EventReader(client: client, seconds: v.double("subscribe-timeout"))
         var got = 0
         var ended: String?

@@ -115,8 +115,20 @@ public struct CommandContext {
     /// Standard error.
     public let stderr: any TextOutput
     /// Called by streaming commands once they start printing; the real CLI makes SIGINT and
-    /// SIGTERM exit 0 quietly, tests pass a no-op.
-    public let onStreamingStarted: @Sendable () -> Void
+    /// SIGTERM exit 0 quietly (`.ends`: a watch ends so) or with 130/143 (`.fails`: a transfer
+    /// or a stream not done, with a part file to remove), tests pass a no-op.
+    public let onStreamingStarted: @Sendable (Interruption) -> Void
+
+    /// What SIGINT or SIGTERM means to a streaming command.
+    public enum Interruption: Sendable {
+        /// The normal end (a watch): exit 0.
+        case ends
+        /// The work is not done: exit 130/143, removing this file first if given.
+        case fails(removing: String?)
+    }
+
+    /// A watch-like command starts printing: interrupted, it exits 0.
+    public func streamingStarted() { onStreamingStarted(.ends) }
 
     /// Connects to the daemon.
     public func connect() throws(CLIError) -> ControlClient {
@@ -151,6 +163,16 @@ extension ValueParser {
         guard let d = Double(text), d.isFinite else { throw ValueError("expected a number of seconds") }
         guard d > 0 else { throw ValueError("must be more than 0 seconds") }
         return .double(d)
+    }
+
+    /// A number of seconds within `range` (fractions allowed), stored as `.double`: for a
+    /// time the daemon bounds too, refused here as a usage error naming the option.
+    public static func seconds(in range: ClosedRange<Double>) -> ValueParser {
+        ValueParser.custom(helpNote: "\(Int(range.lowerBound))-\(Int(range.upperBound))") { text throws(ValueError) in
+            guard let d = Double(text), d.isFinite else { throw ValueError("expected a number of seconds") }
+            guard range.contains(d) else { throw ValueError("must be between \(Int(range.lowerBound)) and \(Int(range.upperBound)) seconds") }
+            return .double(d)
+        }
     }
 
     /// An adapter, hciN or its address; shells complete it from `peerlink adapter list`.

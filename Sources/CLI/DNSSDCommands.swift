@@ -139,7 +139,7 @@ enum DNSSDCommands {
         }
         guard hold else { return 0 }
         // The daemon withdraws the service when this connection closes: wait for the end.
-        context.onStreamingStarted()
+        context.streamingStarted()
         while true {
             do {
                 _ = try client.nextNotification(timeout: nil)
@@ -171,7 +171,7 @@ enum DNSSDCommands {
         let client = try context.connect()
         defer { client.close() }
         _ = try context.perform(RPCCall(method: ControlMethod.dnssdBrowse, params: params), on: client)
-        context.onStreamingStarted()
+        context.streamingStarted()
         let events = EventReader(client: client, seconds: v.double("browse-timeout"))
         while let params = try events.next() {
             guard let topic = params["topic"]?.stringValue, topic.hasPrefix("dnssd.") else { continue }

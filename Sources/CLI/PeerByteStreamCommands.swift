@@ -20,12 +20,13 @@ enum PeerByteStreamCommands {
             see peer.stream-opened and take it with 'peerlink peer accept-stream'. When the \
             reader is slower, writing waits (nothing is dropped). Killed before the input ended, \
             the stream is cancelled: the reader never takes a cut stream for a whole one. Exits 0 once the receiving \
-            daemon has handed every byte to its reader, 1 when the stream ended otherwise \
+            daemon has handed every byte to its reader, 130 or 143 when interrupted (Ctrl-C, \
+            SIGTERM), 1 when the stream ended otherwise \
             (declined, nobody accepted it within 30 s, cancelled, the session ended); the reason \
             goes to standard error (--json: the closing event).
             """,
         options: [.value("from", valueName: "file", parser: .nonEmptyString, help: "Read the bytes from this file instead of standard input.")],
-        arguments: [Positional("peer", help: "The peer ID (64 hex digits, or the grouped form)."),
+        arguments: [Positional("peer", help: "The peer ID: 64 hex digits, the grouped form, or its start as lists show it (7 characters or more)."),
                     Positional("name", help: "The stream's name (at most 255 bytes; no '/' or control characters).")],
         action: .custom(runOpen))
 
@@ -37,13 +38,14 @@ enum PeerByteStreamCommands {
             'peerlink peer streams'), or with no number the oldest one nobody took yet, else the \
             next a peer opens (--peer: from that peer only; --wait: for at most that many seconds). Writes the \
             bytes to standard output, or to FILE with --to (written as FILE.part and renamed \
-            once the stream ended normally; removed otherwise). Exits 0 when the opener ended \
-            the stream normally and every byte was written, 1 otherwise.
+            once the stream ended normally; removed otherwise, on Ctrl-C too). Exits 0 when the \
+            opener ended the stream normally and every byte was written, 130 or 143 when \
+            interrupted, 1 otherwise.
             """,
         options: [
             .value("to", valueName: "file", parser: .nonEmptyString, help: "Write the bytes to this file (atomically) instead of standard output."),
             .value("peer", valueName: "id", parser: .nonEmptyString, help: "With no stream number: wait for a stream from this peer only."),
-            .value("wait", valueName: "seconds", parser: .int(in: 1...86_400), help: "With no stream number: give up after this many seconds (default: wait until one comes)."),
+            .value("wait", valueName: "seconds", parser: .seconds, help: "With no stream number: give up after this many seconds (default: wait until one comes)."),
         ],
         arguments: [Positional("stream", parser: .int(in: 1...Int(Int32.max)), optional: true, help: "The stream's number (default: the next one opened).")],
         action: .custom(runAccept))
@@ -86,8 +88,8 @@ enum PeerByteStreamCommands {
                                             params: ["peer": .string(v.string("peer") ?? ""), "name": .string(v.string("name") ?? ""),
                                                      "explicit_finish": true]), on: client)
         guard let fd = client.takeDescriptor() else { throw .failure("the daemon answered without passing the stream's socket", exitCode: 1) }
+        context.onStreamingStarted(.fails(removing: nil))  // killed before the end: the stream is cancelled, and that is a failure
         if context.json { context.print(r.description) }
-        context.onStreamingStarted()
         var failure: String?
         var copied: Int64 = 0
         while failure == nil {
@@ -128,13 +130,24 @@ enum PeerByteStreamCommands {
 
     static func runAccept(_ context: CommandContext) throws(CLIError) -> Int32 {
         let v = context.values
+        let path = ["peerlink", "peer", "accept-stream"]
+        // Standard output carries the stream's bytes: JSON lines there would be mixed in.
+        if context.json, v.string("to") == nil {
+            throw .usage(UsageError("--json needs --to FILE (without it the stream's bytes go to standard output, where the JSON goes)", commandPath: path))
+        }
+        if let peer = v.string("peer") {
+            let start = peer.filter { $0 != "-" }
+            guard start.count >= 7, start.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+                throw .usage(UsageError("--peer expects a peer ID, or at least its first 7 characters, got \"\(peer)\"", commandPath: path))
+            }
+        }
         let client = try context.connect()
         defer { client.close() }
         let number: Int64
         if let n = v.int("stream") {
             number = Int64(n)
         } else {
-            number = try nextOpened(client, context, from: v.string("peer"), seconds: v.int("wait").map(Double.init))
+            number = try nextOpened(client, context, from: v.string("peer"), seconds: v.double("wait"))
         }
         let target = v.string("to")
         // The file is opened before the stream is taken: a bad path costs the peer nothing.
@@ -158,8 +171,8 @@ enum PeerByteStreamCommands {
             if let target { discard(output, target) }
             throw .failure("the daemon answered without passing the stream's socket", exitCode: 1)
         }
+        context.onStreamingStarted(.fails(removing: target.map { $0 + ".part" }))  // the part goes, as on any other failure
         if context.json { context.print(r.description) }
-        context.onStreamingStarted()
         var failure: String?
         var written: UInt64 = 0
         while failure == nil {
@@ -208,10 +221,13 @@ enum PeerByteStreamCommands {
     /// between is seen one way or the other.
     private static func nextOpened(_ client: ControlClient, _ context: CommandContext, from peer: String?, seconds: Double?) throws(CLIError) -> Int64 {
         _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: ["topics": .array([.string(ControlEvent.peerStreamOpened)])]), on: client)
-        let wanted = peer.map { $0.lowercased().filter { $0 != "-" } }
+        // Any form of the ID, or its start (as lists show it): the grouped form matched
+        // neither the hex nor the short form before, and the command waited for ever.
+        let wanted = peer.map { $0.uppercased().filter { $0 != "-" } }
         func fits(_ d: JSONValue) -> Bool {
             guard let wanted else { return true }
-            return d["peer"]?.stringValue == wanted || d["short"]?.stringValue?.lowercased().filter({ $0 != "-" }) == wanted
+            let text = (d["peer_text"]?.stringValue ?? "").uppercased().filter { $0 != "-" }
+            return text.hasPrefix(wanted) || (d["peer"]?.stringValue ?? "").uppercased().hasPrefix(wanted)
         }
         let listed = try context.perform(RPCCall(method: ControlMethod.peerStreams), on: client)["streams"]?.arrayValue ?? []
         if let waiting = listed.first(where: { $0["direction"] == "in" && $0["accepted"] == false && fits($0) }), let n = waiting["stream"]?.intValue {

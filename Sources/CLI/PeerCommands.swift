@@ -36,7 +36,7 @@ enum PeerCommands {
         options: [
             .value("peer", valueName: "id", parser: .nonEmptyString, help: "The peer ID it must have (from discovery or earlier)."),
             .value("context", valueName: "text", parser: .nonEmptyString, help: "Context shown with the invitation (at most 4096 bytes)."),
-            .value("wait", valueName: "seconds", parser: .seconds, help: "How long the peer has to answer (default 30)."),
+            .value("wait", valueName: "seconds", parser: .seconds(in: 1...600), help: "How long the peer has to answer (default 30)."),
         ],
         arguments: [Positional("address", help: "HOST:PORT (the port 'peer identity' shows on the peer).")],
         action: .call(request: { v throws(CLIError) in
@@ -110,7 +110,7 @@ enum PeerCommands {
     static let forget = onePeer("forget", ControlMethod.peerForget, "Forget a trusted peer.", done: "forgot")
 
     private static func onePeer(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        .naming(["peer", verb], method, abstract: abstract, Positional("peer", help: "The peer ID (64 hex digits, or the grouped form).")) { r in
+        .naming(["peer", verb], method, abstract: abstract, Positional("peer", help: "The peer ID: 64 hex digits, the grouped form, or its start as lists show it (7 characters or more).")) { r in
             "\(done) \(r["short"]?.stringValue ?? "?")"
         }
     }

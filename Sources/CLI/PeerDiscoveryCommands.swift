@@ -45,8 +45,10 @@ enum PeerDiscoveryCommands {
         abstract: "Browse for peers advertising a type, printing them as they come and go.",
         discussion: """
             Lines: '+ NAME ID addresses A,B info K=V,...' (found, or changed) and '- NAME ID' (lost). \
-            This board itself is not listed. Runs until interrupted or --timeout; --json prints the \
-            peer.found and peer.lost events.
+            The ID shown is the short form: any command taking a peer accepts it (or more of the \
+            ID). This board itself is not listed. Runs until interrupted or --timeout (exit 0); \
+            when the browse fails ('! browse failed: ...': avahi-daemon refused it) it exits 1. \
+            --json prints the peer.found, peer.lost and peer.browse-failed events.
             """,
         options: [
             .value("timeout", key: "browse-timeout", valueName: "seconds", parser: .seconds, help: "Stop after this many seconds."),
@@ -67,7 +69,7 @@ enum PeerDiscoveryCommands {
         options: [
             .value("type", valueName: "type", parser: .nonEmptyString, help: "Browse for the peer under this service type first."),
             .value("context", valueName: "text", parser: .nonEmptyString, help: "Context shown with the invitation (at most 4096 bytes)."),
-            .value("wait", valueName: "seconds", parser: .seconds, help: "How long the peer has to answer (default 30)."),
+            .value("wait", valueName: "seconds", parser: .seconds(in: 1...600), help: "How long the peer has to answer (default 30)."),
             .value("find", valueName: "seconds", parser: .seconds, help: "How long to look for the peer with --type (default 10)."),
         ],
         arguments: [Positional("peer", help: "A peer ID (hex or grouped), or with --type a display name.")],
@@ -95,7 +97,7 @@ enum PeerDiscoveryCommands {
         let client = try context.connect()
         defer { client.close() }
         let r = try context.perform(RPCCall(method: ControlMethod.peerBrowse, params: ["type": .string(context.values.string("type") ?? "")]), on: client)
-        context.onStreamingStarted()
+        context.streamingStarted()
         for peer in r["peers"]?.arrayValue ?? [] {
             context.print(context.json ? JSONValue.object(["topic": .string(ControlEvent.peerFound), "data": peer]).description : line(ControlEvent.peerFound, peer))
         }
@@ -104,6 +106,8 @@ enum PeerDiscoveryCommands {
             guard let topic = params["topic"]?.stringValue, topic == ControlEvent.peerFound || topic == ControlEvent.peerLost
                 || topic == ControlEvent.peerBrowseFailed else { continue }
             context.print(context.json ? params.description : line(topic, params["data"] ?? .null))
+            // The browse has stopped: nothing more will come, and it did not do its job.
+            if topic == ControlEvent.peerBrowseFailed { return 1 }
         }
         return 0
     }
@@ -126,28 +130,52 @@ enum PeerDiscoveryCommands {
         return 0
     }
 
-    /// Browses for `type` on `client` until a peer with ID or display name `target` is found.
+    /// Browses for `type` on `client` until a peer with ID (or its start, 7 characters or
+    /// more: the short form lists show) or display name `target` is found. A name is a
+    /// label anyone may take (the host name by default: several "raspberrypi"): once one
+    /// peer of that name is found, the browse goes on a moment (`nameGrace`) for another,
+    /// and two are an error listing both, not an invitation to whichever answered first.
     private static func find(_ target: String, type: String, seconds: Double, _ client: ControlClient, _ context: CommandContext) throws(CLIError) -> String {
         let r = try context.perform(RPCCall(method: ControlMethod.peerBrowse, params: ["type": .string(type)]), on: client)
-        let wanted = target.filter { $0 != "-" && $0 != " " }.lowercased()
-        var seen = Set<String>()
-        func match(_ p: JSONValue) throws(CLIError) -> String? {
-            guard let id = p["peer"]?.stringValue else { return nil }
-            let ids = [id.lowercased(), (p["peer_text"]?.stringValue ?? "").filter { $0 != "-" }.lowercased()]
-            if ids.contains(wanted) { return id }
-            guard p["name"]?.stringValue == target else { return nil }
-            seen.insert(id)
-            guard seen.count == 1 else { throw .failure("more than one peer is called \"\(target)\"; name it by its ID", exitCode: 1) }
-            return id
+        let wanted = target.filter { $0 != "-" && $0 != " " }.uppercased()
+        var named: [String: String] = [:]  // ID → short form, of the peers called `target`
+        func byID(_ p: JSONValue) -> String? {
+            guard wanted.count >= 7, let id = p["peer"]?.stringValue else { return nil }
+            let text = (p["peer_text"]?.stringValue ?? "").filter { $0 != "-" }.uppercased()
+            return id.uppercased().hasPrefix(wanted) || text.hasPrefix(wanted) ? id : nil
         }
-        for p in r["peers"]?.arrayValue ?? [] { if let id = try match(p) { return id } }
+        func note(_ p: JSONValue) {
+            if p["name"]?.stringValue == target, let id = p["peer"]?.stringValue { named[id] = p["short"]?.stringValue ?? id }
+        }
+        func chosen() throws(CLIError) -> String? {
+            guard named.count > 1 else { return named.keys.first }
+            throw .failure("more than one peer is called \"\(target)\" (\(named.values.sorted().joined(separator: ", "))); name it by its ID", exitCode: 1)
+        }
+        for p in r["peers"]?.arrayValue ?? [] {
+            if let id = byID(p) { return id }
+            note(p)
+        }
+        let start = ContinuousClock.now
         let events = EventReader(client: client, seconds: seconds)
-        while let params = try events.next() {
-            guard params["topic"]?.stringValue == ControlEvent.peerFound, let id = try match(params["data"] ?? .null) else { continue }
-            return id
+        while named.isEmpty, let params = try events.next() {
+            guard params["topic"]?.stringValue == ControlEvent.peerFound, let d = params["data"] else { continue }
+            if let id = byID(d) { return id }
+            note(d)
         }
+        if !named.isEmpty {
+            let left = seconds - Double((ContinuousClock.now - start).components.seconds)
+            let more = EventReader(client: client, seconds: max(0.1, min(Self.nameGrace, left)))
+            while let params = try more.next() {
+                if params["topic"]?.stringValue == ControlEvent.peerFound, let d = params["data"] { note(d) }
+            }
+        }
+        if let id = try chosen() { return id }
         throw .failure("no peer \"\(target)\" advertising \(type) was found within \(PeerlinkCLI.formatSeconds(seconds)) s", exitCode: 1)
     }
+
+    /// How long a browse goes on, once a peer of the name asked for is found, for another
+    /// of the same name.
+    static let nameGrace = 1.0
 
     static func runWatch(_ context: CommandContext) throws(CLIError) -> Int32 {
         try WatchCommand.printEvents(context, topics: ["peer"], count: context.values.int("count"),

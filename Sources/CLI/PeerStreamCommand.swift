@@ -23,15 +23,16 @@ enum PeerStreamCommand {
             are not peer.message events. When the peer does not take messages as fast as they \
             are read, reading waits (nothing is dropped). At the end of input the stream \
             closes (with --keep, messages are printed until the session ends); counts go to \
-            standard error. Exit 1 when a line is longer than the stream carries (the \
-            max_message the daemon reports: it depends on net.core.wmem_max) or is not hex.
+            standard error. Exit 1 when the session ends before every line of the input was \
+            sent, or a line is longer than the stream carries (the max_message the daemon \
+            reports: it depends on net.core.wmem_max) or is not hex.
             """,
         options: [
             .flag("hex", help: "Lines in and messages out are hex."),
             .flag("keep", help: "After the end of input, keep printing messages until the session ends."),
             .value("from", valueName: "file", parser: .nonEmptyString, help: "Read the lines from this file instead of standard input."),
         ],
-        arguments: [Positional("peer", help: "The peer ID (64 hex digits, or the grouped form).")],
+        arguments: [Positional("peer", help: "The peer ID: 64 hex digits, the grouped form, or its start as lists show it (7 characters or more).")],
         action: .custom(run))
 
     /// What the loop ended on.
@@ -53,7 +54,7 @@ enum PeerStreamCommand {
         if !context.json {
             context.stderr.write("streaming with \(r["short"]?.stringValue ?? "?") (messages up to \(limit) bytes)\n")
         }
-        context.onStreamingStarted()
+        context.streamingStarted()
         let outcome = loop(fd, input: input, source: source, limit: limit, hex: hex, keep: v.flag("keep"), context)
         // The daemon sees the end of the socket and reports the stream's counts.
         _ = shutdown(fd, Int32(SHUT_RDWR))
@@ -88,6 +89,9 @@ enum PeerStreamCommand {
             // Messages in.
             if fds[0].revents != 0 {
                 switch printArrived(fd, limit: limit, hex: hex, context) {
+                // (Before the input's end, lines were not sent: a script must not take that for success.)
+                case .some(.sessionEnded) where !inputDone || !waiting.isEmpty:
+                    return .failed("the session ended before all the input was sent")
                 case .some(.sessionEnded): return .sessionEnded
                 case .some(let other): return other
                 case nil: break
@@ -99,7 +103,7 @@ enum PeerStreamCommand {
                     guard try SocketIO.sendNow(fd, next[...]) != nil else { break }
                 } catch let e as SystemError {
                     if e.code == EMSGSIZE { return .failed("a line of \(next.count) bytes is longer than the stream carries (\(limit) bytes)") }
-                    if SocketIO.isDisconnect(e) { return .sessionEnded }
+                    if SocketIO.isDisconnect(e) { return .failed("the session ended before all the input was sent") }
                     return .failed("writing to the stream: \(e.reason)")
                 } catch {
                     return .failed("writing to the stream: \(error)")

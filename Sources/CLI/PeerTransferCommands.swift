@@ -29,7 +29,8 @@ enum PeerTransferCommands {
                 is opened here and passed to the daemon: one it cannot open by name (a service kept \
                 out of your home directory), or standard input (-), is copied into its outbox until \
                 every peer has it, and resumes as well. Exits 0 \
-                when every peer has the file, 1 when any transfer ended otherwise; --detach returns \
+                when every peer has the file, 1 when any transfer ended otherwise, 130 or 143 when \
+                interrupted (Ctrl-C, SIGTERM; the transfers go on in the daemon); --detach returns \
                 once offered. --json prints the reply and the peer.resource-* events.
                 """ + (image ? " The file must be a PNG or JPEG; the receiver reports its pixel size." : ""),
             options: [
@@ -117,13 +118,19 @@ enum PeerTransferCommands {
         // Hashing a large file takes the daemon a while before it answers.
         let r = try context.perform(RPCCall(method: ControlMethod.peerSendResource, params: params, minimumReplyTimeout: 600, passing: [fd]), on: client)
         let sent = r["transfers"]?.arrayValue ?? []
+        // Interrupted from here on, it exits 130/143 (not every peer has the file): set before
+        // anything is printed, which a script may act on at once.
+        if !detach { context.onStreamingStarted(.fails(removing: nil)) }
         if context.json { context.print(r.description) }
         if detach {
             if !context.json { for t in sent { context.print("offered transfer \(Rendering.scalar(t["transfer"] ?? .null)) to \(t["short"]?.stringValue ?? "?")") } }
             return 0
         }
-        context.onStreamingStarted()
-        var progress = ProgressBoard(sent, live: !context.json && isatty(1) == 1)
+        let live = !context.json && isatty(1) == 1
+        var progress = ProgressBoard(sent, live: live, columns: live ? Self.terminalColumns() : nil)
+        // On a terminal the board shows at once: a receiver that asks its user (accept_resources
+        // = ask) may take its time, and a blank screen said nothing meanwhile.
+        if live { for line in progress.render() { context.print(line) } }
         var failed = 0
         let events = EventReader(client: client, seconds: nil)
         while !progress.allDone, let e = try events.next() {
@@ -140,6 +147,13 @@ enum PeerTransferCommands {
             if !context.json { for line in progress.render() { context.print(line) } }
         }
         return failed == 0 ? 0 : 1
+    }
+
+    /// The width of the terminal on standard output, if it says.
+    static func terminalColumns() -> Int? {
+        var size = winsize()
+        guard ioctl(1, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+        return Int(size.ws_col)
     }
 
     /// Standard input as a file of its own, read to its end first: a pipe's end of file
@@ -197,16 +211,23 @@ struct ProgressBoard {
 
     private var rows: [Row]
     private let live: Bool
+    /// The terminal's width: a live line longer than it would wrap, and the redraw, which
+    /// moves up one line a row, would leave stale copies behind.
+    private let columns: Int?
     private var drawn = 0
     private var changed: [Int] = []
 
-    init(_ transfers: [JSONValue], live: Bool) {
+    /// A row's status until its transfer starts.
+    static let waiting = "offered, waiting for the peer to accept"
+
+    init(_ transfers: [JSONValue], live: Bool, columns: Int? = nil) {
         rows = transfers.map { t in
             Row(id: t["transfer"]?.intValue ?? 0, peer: "\(t["name"].map { Rendering.scalar($0) } ?? "?") to \(t["short"]?.stringValue ?? "?")",
-                size: t["size"]?.intValue ?? 0)
+                size: t["size"]?.intValue ?? 0, status: Self.waiting)
         }
         self.live = live
-        changed = Array(rows.indices)
+        self.columns = columns
+        changed = live ? Array(rows.indices) : []
     }
 
     var allDone: Bool { rows.allSatisfy(\.done) }
@@ -214,7 +235,7 @@ struct ProgressBoard {
 
     mutating func update(_ id: Int64, _ d: JSONValue) {
         guard let i = rows.firstIndex(where: { $0.id == id }) else { return }
-        let first = rows[i].status == nil && rows[i].bytes == 0
+        let first = rows[i].bytes == 0 && (rows[i].status == nil || rows[i].status == Self.waiting)
         rows[i].bytes = d["bytes"]?.intValue ?? rows[i].bytes
         rows[i].rate = d["bytes_per_second"]?.doubleValue ?? rows[i].rate
         rows[i].left = d["seconds_left"]?.doubleValue
@@ -244,7 +265,11 @@ struct ProgressBoard {
         if !live { return Array(Set(changed)).sorted().map { line(rows[$0]) } }
         let up = drawn > 0 ? "\u{1B}[\(drawn)A" : ""
         drawn = rows.count
-        var lines = rows.map { "\u{1B}[2K" + line($0) }
+        var lines = rows.map { r -> String in
+            let text = line(r)
+            guard let columns, text.count >= columns else { return "\u{1B}[2K" + text }
+            return "\u{1B}[2K" + text.prefix(max(columns - 2, 1)) + "…"
+        }
         lines[0] = up + lines[0]
         return lines
     }

@@ -21,7 +21,12 @@ public enum PeerlinkCLI {
             environment: readEnvironment([ControlDefaults.socketEnvironmentVariable]),
             stdout: FileDescriptorOutput(fd: 1),
             stderr: FileDescriptorOutput(fd: 2),
-            onStreamingStarted: { ProcessSignals.exitQuietlyOnInterrupt() })
+            onStreamingStarted: { meaning in
+                switch meaning {
+                case .ends: ProcessSignals.exitQuietlyOnInterrupt()
+                case .fails(let path): ProcessSignals.exitFailingOnInterrupt(removing: path)
+                }
+            })
     }
 
     /// The variables in `names` that are set, read one by one: the CLI reads only these, and
@@ -41,7 +46,7 @@ public enum PeerlinkCLI {
         environment: [String: String],
         stdout: any TextOutput,
         stderr: any TextOutput,
-        onStreamingStarted: @escaping @Sendable () -> Void = {}
+        onStreamingStarted: @escaping @Sendable (CommandContext.Interruption) -> Void = { _ in }
     ) -> Int32 {
         let invocation: Invocation
         do {

@@ -154,7 +154,7 @@ enum PeripheralCommands {
         if !context.json {
             context.stderr.write("streaming to \(r["uuid"]?.stringValue ?? "?") (\(r["subscribers"]?.intValue ?? 0) subscriber(s))\n")
         }
-        context.onStreamingStarted()
+        context.streamingStarted()
         // Lines in, packets out; a packet the daemon no longer reads (the stream ended) is EPIPE.
         var framer = LineFramer(maxLineBytes: 65_536)
         var lineNumber = 0

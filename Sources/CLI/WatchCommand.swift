@@ -56,7 +56,7 @@ enum WatchCommand {
         _ = try context.perform(RPCCall(method: ControlMethod.eventsSubscribe, params: params), on: client)
         // Quiet exits on SIGINT/SIGTERM first: a script may stop the watch as soon as it sees
         // the file.
-        context.onStreamingStarted()
+        context.streamingStarted()
         if let ready {
             do {
                 try AtomicFile.write([], to: ready, mode: 0o644)

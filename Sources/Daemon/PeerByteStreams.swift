@@ -359,7 +359,7 @@ extension PeerCapability {
     func registerByteStreams(_ context: DaemonContext, node: PeerNode) {
         context.register(ControlMethod.peerOpenStream) { [byteStreams] p, rc throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer", "name", "explicit_finish"])
-            let peer = try Self.peer(p, "peer")
+            let peer = try Self.peer(p, "peer", among: node.knownPeers)
             let name = try p.string("name")
             let explicitFinish = try p.optionalBool("explicit_finish") ?? false
             let stream = try byteStreams.open(peer: peer, name: name, explicitFinish: explicitFinish, node: node, rc)

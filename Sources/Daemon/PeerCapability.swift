@@ -97,7 +97,7 @@ final class PeerCapability: DaemonCapability {
             let text = try p.string("address")
             let target: HostPort
             do throws(SystemError) { target = try HostPort(text) } catch { throw .invalidParams("address", error.context ?? "\(error)") }
-            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer") }
+            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer", among: node.knownPeers.union(discovery.seenPeers)) }
             let context = try Self.context(p)
             let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
             let s = try await rpc {
@@ -126,7 +126,7 @@ final class PeerCapability: DaemonCapability {
             guard let data = try Self.bytes(p, base64: "data_base64", text: "text") else {
                 throw .invalidParams("data_base64", "required (or \"text\")")
             }
-            let peers = try Self.peers(p, "to")
+            let peers = try Self.peers(p, "to", among: node.knownPeers)
             let reliable = try p.optionalBool("reliable") ?? true
             // false: a full queue answers busy (-32006) instead of waiting for room.
             let wait = try p.optionalBool("wait") ?? true
@@ -138,13 +138,13 @@ final class PeerCapability: DaemonCapability {
         registerByteStreams(context, node: node)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
-            let peer = try Self.peer(p, "peer")
+            let peer = try Self.peer(p, "peer", among: node.knownPeers)
             try await rpc { try node.disconnect(peer) }
             return .object(Self.json(peer))
         }
         context.register(ControlMethod.peerTrust) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer", "name"])
-            let peer = try Self.peer(p, "peer")
+            let peer = try Self.peer(p, "peer", among: node.knownPeers)
             let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
             let added = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: name, true) }
             var o = Self.json(peer)
@@ -153,7 +153,7 @@ final class PeerCapability: DaemonCapability {
         }
         context.register(ControlMethod.peerForget) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
-            let peer = try Self.peer(p, "peer")
+            let peer = try Self.peer(p, "peer", among: node.knownPeers)
             let removed = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: "", false) }
             var o = Self.json(peer)
             o["removed"] = .bool(removed)
@@ -217,7 +217,7 @@ final class PeerCapability: DaemonCapability {
     /// `peer.invite`: dials the addresses a browse found for the peer, in turn, until one answers.
     private static func invite(_ p: RPCParams, _ node: PeerNode, _ discovery: PeerDiscovery) async throws(RPCError) -> JSONValue {
         try p.rejectUnknown(allowed: ["peer", "context_base64", "context", "timeout"])
-        let peer = try Self.peer(p, "peer")
+        let peer = try Self.peer(p, "peer", among: node.knownPeers.union(discovery.seenPeers))
         let invitation = try Self.context(p, text: "context")
         let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
         let targets = discovery.addresses(for: peer)

@@ -393,7 +393,7 @@ extension PeerCapability {
     func registerMessageStream(_ context: DaemonContext, node: PeerNode) {
         context.register(ControlMethod.peerMessageStream) { [streams] p, rc throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])
-            let peer = try Self.peer(p, "peer")
+            let peer = try Self.peer(p, "peer", among: node.knownPeers)
             let owner = rc.clientID
             let logger = context.logger.child("peer")
             let stream = try streams.open(peer: peer, node: node, rc, handOn: { messages in

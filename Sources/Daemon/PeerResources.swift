@@ -45,7 +45,7 @@ extension PeerCapability {
                     throw .invalidParams("media_type", "expected a media type like image/png (printable ASCII, at most \(Wire.maxMediaType) bytes), got \"\(mediaType)\"")
                 }
             }
-            let peers = try Self.peers(p, "to")
+            let peers = try Self.peers(p, "to", among: node.knownPeers)
             let imagesOnly = try p.optionalBool("image") ?? false
             let source: ResourceSource = passed.map { .descriptor($0, path: path, size: size) } ?? .path(path ?? "")
             handedOver = true  // the node closes a passed descriptor now
@@ -87,12 +87,13 @@ extension PeerCapability {
     }
 
     /// `to`: `"all"` (or absent: every session) or a list of peer IDs.
-    static func peers(_ p: RPCParams, _ key: String) throws(RPCError) -> [PeerID] {
+    static func peers(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID> = []) throws(RPCError) -> [PeerID] {
         var peers: [PeerID] = []
         if case .string(let s)? = p[key] {
             guard s == "all" else { throw .invalidParams(key, "expected \"all\" or a list of peer IDs, got \"\(s)\"") }
         } else if let list = try p.optionalStringArray(key) {
-            for t in list { peers.append(try Self.peerID(t, key)) }
+            let known = known()
+            for t in list { peers.append(try Self.peerID(t, key, among: known)) }
             guard !peers.isEmpty else { throw .invalidParams(key, "the list is empty") }
         }
         return peers

@@ -5,6 +5,17 @@ import SystemKit
 /// trust store keeps so that a session with a trusted peer comes back after a restart (it
 /// was up, where a dial of ours reached the peer) and how the node takes those back at start.
 extension PeerNode {
+    /// The peers this node knows of now: in a session (or connecting, identified), trusted,
+    /// or inviting. (Where a short ID given by a person is looked for.)
+    public var knownPeers: Set<PeerID> {
+        var known = Set(trust.all.map(\.peer))
+        state.withLock { s in
+            known.formUnion(s.verified.values)
+            known.formUnion(s.invitations.values.map(\.peer))
+        }
+        return known
+    }
+
     /// Trusts `peer` (or stops trusting it): persisted in the trust store, and a trusted peer
     /// whose session is lost is redialled with backoff. Throws when the store cannot be
     /// saved; nothing changed then.

@@ -4,6 +4,7 @@ import Foundation
 import SystemKit
 import Synchronization
 import Testing
+import TestSupport
 @testable import CLI
 #if canImport(Glibc)
 import Glibc
@@ -139,6 +140,57 @@ import Glibc
         #expect(params?["path"]?.stringValue == file)
         #expect(params?["descriptor"] == true)
         #expect(passed.withLock { $0 } == Array("the file's bytes".utf8), "the descriptor passed is the file's")
+    }
+
+    /// Interrupted while the transfers run (Ctrl-C, or `timeout`'s SIGTERM), the command
+    /// exits 130 or 143, as a shell reports a command the signal killed: a script must not
+    /// take a file not yet sent for one sent (it exited 0). The real binary, as a child.
+    @Test(arguments: [SIGINT, SIGTERM])
+    func anInterruptedSendIsNotASuccess(signal: Int32) throws {
+        let file = "/tmp/peerlink-send-file-" + String(UUID().uuidString.prefix(8)) + ".bin"
+        try Data("the file's bytes".utf8).write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("events.subscribe"), ["topics": ["peer.resource"]])
+            let r = try c.expect("peer.send-resource")
+            for d in c.descriptors { closeQuietly(d) }
+            try c.reply(r, ["transfers": [["transfer": 1, "peer": "a1", "short": "A1", "name": "x.bin", "size": 16, "direction": "out"]], "copied": false])
+            c.waitForClose()
+        }
+        var out: [Int32] = [-1, -1]
+        #expect(pipe(&out) == 0)
+        defer { closeQuietly(out[0]) }
+        let peerlink = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path + "/peerlink"
+        let child = try ChildProcess(peerlink, ["--socket", daemon.path, "--json", "peer", "send-file", file], stdout: out[1])
+        closeQuietly(out[1])
+        // The reply printed: the command waits for the transfers' events now.
+        var seen: [UInt8] = []
+        var byte: UInt8 = 0
+        while !seen.contains(UInt8(ascii: "\n")), read(out[0], &byte, 1) == 1 { seen.append(byte) }
+        #expect(String(decoding: seen, as: UTF8.self).contains("\"transfers\""))
+        kill(child.pid, signal)
+        let status = try #require(child.wait(timeout: 10))
+        #expect(status & 0x7f == 0, "it exited by itself (the handler ran), not killed by the signal")
+        #expect(ChildProcess.exitCode(status) == 128 + signal)
+    }
+
+    /// The progress board: on a terminal it shows at once (a receiver that asks its user
+    /// may take its time), and a line wider than the terminal is cut (a wrapped line broke
+    /// the redraw, which moves up one line a row); elsewhere a start is printed as it comes.
+    @Test func theProgressBoardShowsTheWaitAndFitsTheTerminal() {
+        let sent: [JSONValue] = [["transfer": 1, "name": "big.iso", "short": "X5JQO7H", "size": 1_073_741_824]]
+        var live = ProgressBoard(sent, live: true, columns: 70)
+        let first = live.render()
+        #expect(first.count == 1 && first[0].hasSuffix("1 big.iso to X5JQO7H: offered, waiting for the peer to accept"), "\(first)")
+        live.update(1, ["bytes": 483_183_820, "bytes_per_second": 11_744_051.2, "seconds_left": 48])
+        let drawn = live.render()
+        #expect(drawn.count == 1)
+        let text = drawn[0].replacingOccurrences(of: "\u{1B}[1A", with: "").replacingOccurrences(of: "\u{1B}[2K", with: "")
+        #expect(text.count <= 69 && text.hasSuffix("…"), "\(text)")
+        var plain = ProgressBoard(sent, live: false)
+        #expect(plain.render().isEmpty)
+        plain.update(1, ["bytes": 0])
+        #expect(plain.render() == ["1 big.iso to X5JQO7H [....................] 0% 0 B/1.0 GiB"])
     }
 
     @Test func standardInputNeedsANameAndAMissingFileIsSaidPlainly() throws {

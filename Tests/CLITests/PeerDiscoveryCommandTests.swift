@@ -69,6 +69,30 @@ import Testing
         #expect(run.out == "KenshinCui_Advertiser A1A1A1A at 10.0.0.1:4711: TLS 1.3, pairing code 123456\n")
     }
 
+    /// Two boards with the same name (the host name by default): the second, found a moment
+    /// after the first, makes the invite by name an error listing both, not an invitation to
+    /// whichever was found first (the check could never fire before). A short ID is taken.
+    @Test func inviteByANameTwoPeersHaveIsRefusedAndAShortIDIsTaken() throws {
+        let twice = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": []])
+            try c.event("peer.found", Self.peer(Self.idA, "raspberrypi", "10.0.0.1:4711"))
+            try c.event("peer.found", Self.peer(Self.idB, "raspberrypi", "10.0.0.2:4711"))
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "invite", "raspberrypi", "--type", "cmj-stream"], daemon: twice)
+        #expect(run.code == 1 && run.err.contains("more than one peer is called \"raspberrypi\" (A1A1A1A, B2B2B2B)"), "\(run.err)")
+        #expect(!twice.requests.contains { $0.method == "peer.invite" })
+        let short = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": [Self.peer(Self.idB, "b", "10.0.0.2:1")]])
+            try c.event("peer.found", Self.peer(Self.idA, "raspberrypi", "10.0.0.1:4711"))
+            let r = try c.expect("peer.invite")
+            #expect(r.params["peer"] == .string(Self.idA))
+            try c.reply(r, ["peer": .string(Self.idA), "short": "A1A1A1A", "name": "raspberrypi", "address": "10.0.0.1:4711", "encrypted": true, "pairing_code": "1"])
+            c.waitForClose()
+        }
+        #expect(peerlink(["peer", "invite", "A1A1A1A", "--type", "cmj-stream"], daemon: short).code == 0)
+    }
+
     @Test func inviteOfAPeerNeverFoundFailsNamingIt() throws {
         let daemon = try FakeDaemon { c in
             try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": []])
@@ -76,6 +100,32 @@ import Testing
         }
         let run = peerlink(["peer", "invite", "nobody", "--type", "cmj-stream", "--find", "0.3"], daemon: daemon)
         #expect(run.code == 1 && run.err.contains("no peer \"nobody\" advertising cmj-stream was found"), "\(run.err)")
+    }
+
+    /// A browse that fails (avahi-daemon refused it) has stopped: the command says so and
+    /// exits 1 (it waited until its timeout and exited 0).
+    @Test func aFailedBrowseExitsOne() throws {
+        let daemon = try FakeDaemon { c in
+            try c.reply(try c.expect("peer.browse"), ["browse_id": "b1", "type": "cmj-stream", "peers": []])
+            try c.event("peer.browse-failed", ["browse_id": "b1", "error": "Bad state"])
+            c.waitForClose()
+        }
+        let run = peerlink(["peer", "browse", "cmj-stream", "--timeout", "30"], daemon: daemon)
+        #expect(run.code == 1 && run.out.contains("! browse failed: Bad state"), "\(run.code) \(run.out) \(run.err)")
+    }
+
+    /// Options the daemon bounds too are checked here, as usage errors naming the option; an
+    /// accept-stream without --to writes the stream to standard output, so --json is refused
+    /// there; --peer must look like an ID.
+    @Test func usageErrorsNameTheOption() {
+        let wait = peerlink(["peer", "connect", "127.0.0.1:1", "--wait", "900"])
+        #expect(wait.code == 2 && wait.err.contains("--wait") && wait.err.contains("between 1 and 600"), "\(wait.err)")
+        let json = peerlink(["--json", "peer", "accept-stream"])
+        #expect(json.code == 2 && json.err.contains("--json needs --to FILE"), "\(json.err)")
+        let peer = peerlink(["peer", "accept-stream", "--peer", "x5j"])
+        #expect(peer.code == 2 && peer.err.contains("--peer expects a peer ID"), "\(peer.err)")
+        let fraction = peerlink(["peer", "accept-stream", "--wait", "1.5", "--to", "/nonexistent-dir/x"])
+        #expect(fraction.code != 2, "fractions of a second are taken: \(fraction.err)")
     }
 
     @Test func watchLines() {

@@ -245,6 +245,33 @@ import Glibc
         #expect(reply["error"]?["data"]?["reason"] == "declined" && reply["error"]?["data"]?["by_peer"] == true)
     }
 
+    /// A person copies a peer's short form from a list: every method taking a peer takes
+    /// the start of an ID (7 characters or more, either form) when one known peer's ID
+    /// starts so, and says so when none does (before, only whole IDs were taken, and the
+    /// lists show only the short form).
+    @Test func theStartOfAnIDNamesAKnownPeer() async throws {
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "a", accept: "all")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "b", accept: "all")
+        defer { b.stop() }
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let idA = try a.call("peer.identity")
+        _ = try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        let short = try #require(idA["short"]?.stringValue)
+        let sent = try RawClient(b.socketPath).call("peer.send", ["to": .array([.string(short)]), "text": "by its short form"])
+        #expect(sent["sent_to"]?.arrayValue?.first?.stringValue == idA["peer"]?.stringValue)
+        let hexStart = String(try #require(idA["peer"]?.stringValue).prefix(10))
+        let trusted = try RawClient(b.socketPath).call("peer.trust", ["peer": .string(hexStart)])
+        #expect(trusted["peer"] == idA["peer"])
+        let unknown = try RawClient(b.socketPath).request("peer.disconnect", ["peer": "ZZZZZZZ"])
+        #expect(unknown["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidParams))
+        #expect(unknown["error"]?["message"]?.stringValue?.contains("no peer in session, trusted, inviting or found has an ID starting with ZZZZZZZ") == true,
+                "\(unknown)")
+        let tooShort = try RawClient(b.socketPath).request("peer.disconnect", ["peer": .string(String(short.prefix(5)))])
+        #expect(tooShort["error"]?["message"]?.stringValue?.contains("at least its first 7 characters") == true, "\(tooShort)")
+    }
+
     /// `peer.send-resource` between two daemons: the file arrives in the receiver's inbox
     /// (its `inbox_dir`), reported on both sides; `peer.inbox` lists it; a missing file is an
     /// error naming it.
