@@ -81,4 +81,14 @@ static inline int peerlink_send_packets(int fd, const void *const *bases, const 
     return sendmmsg(fd, messages, (unsigned int)count, PEERLINK_MSG_DONTWAIT | PEERLINK_MSG_NOSIGNAL);
 }
 
+/// renameat2(from, to, RENAME_NOREPLACE), which Swift's Glibc module does not export (glibc
+/// declares it only with _GNU_SOURCE): the system call itself. 0, or -1 with errno (EEXIST:
+/// `to` exists; EINVAL: the file system cannot do it).
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static inline int peerlink_rename_noreplace(const char *from, const char *to) {
+    return (int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 1u /* RENAME_NOREPLACE */);
+}
+
 #endif

@@ -68,3 +68,7 @@ extension RegularFile {
         0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0x8584_58F6, 0xF2F5_2010, 0x794C_7630, 0xCA45_1A4E, 0x2FC1_2FC1,
     ]
 }
+
+/// `renameat2(from, to, RENAME_NOREPLACE)` (through CEpoll's shim: Swift's Glibc module does
+/// not export it): 0, or -1 with errno. For `FileSystem.moveWithoutReplacing`.
+func renameNoReplace(_ from: String, _ to: String) -> Int32 { peerlink_rename_noreplace(from, to) }

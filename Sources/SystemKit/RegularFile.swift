@@ -205,16 +205,31 @@ public enum FileSystem {
         return UInt64(info.f_bavail) * UInt64(info.f_frsize)
     }
 
-    /// Moves `from` to `to` unless `to` exists: false then, and nothing changes. A hard link
-    /// and an unlink, so that a file another process put at `to` meanwhile is never replaced
-    /// (`rename` would); both paths must be on one file system.
+    /// Moves `from` to `to` unless `to` exists: false then, and nothing changes; a file another
+    /// process put at `to` meanwhile is never replaced (`rename` would). Both paths must be on
+    /// one file system. `renameat2(RENAME_NOREPLACE)`: one step, so a crash leaves the file
+    /// under one name (ext4, xfs, btrfs, tmpfs, FAT, exFAT...); where the file system cannot
+    /// do that, a hard link and an unlink; where it has no hard links either, a look and a
+    /// `rename` (a file put at `to` between the two would be replaced: nothing else writes an
+    /// inbox).
     public static func moveWithoutReplacing(_ from: String, to: String) throws -> Bool {
-        if link(from, to) != 0 {
-            let code = errno
-            if code == EEXIST { return false }
-            throw SystemError(call: "link", code: code, context: "\(from) → \(to)")
+        if renameNoReplace(from, to) == 0 { return true }
+        let code = errno
+        if code == EEXIST { return false }
+        guard code == EINVAL || code == ENOSYS || code == EOPNOTSUPP else {
+            throw SystemError(call: "renameat2", code: code, context: "\(from) → \(to)")
         }
-        try syscall("unlink", context: from) { unlink(from) }
+        if link(from, to) == 0 {
+            try syscall("unlink", context: from) { unlink(from) }
+            return true
+        }
+        let linkCode = errno
+        if linkCode == EEXIST { return false }
+        guard linkCode == EPERM || linkCode == EOPNOTSUPP || linkCode == ENOSYS else {
+            throw SystemError(call: "link", code: linkCode, context: "\(from) → \(to)")
+        }
+        if access(to, F_OK) == 0 { return false }
+        try syscall("rename", context: "\(from) → \(to)") { rename(from, to) }
         return true
     }
 

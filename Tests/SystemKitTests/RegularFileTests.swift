@@ -88,3 +88,23 @@ import Testing
         #expect(error.description.contains("pread") && error.description.contains(dir))
     }
 }
+
+/// `FileSystem.moveWithoutReplacing`: a move to a free name happens in one step (the file is
+/// under one name at every moment), and a taken name is never replaced: false, and both
+/// files stay as they were.
+@Suite struct MoveWithoutReplacingTests {
+    @Test func aFreeNameIsTakenAndATakenOneIsLeftAlone() throws {
+        let dir = try AtomicFileTests.makeDirectory()
+        defer { AtomicFileTests.removeDirectory(dir) }
+        try AtomicFile.write([1, 2, 3], to: dir + "/part", mode: 0o600)
+        try AtomicFile.write([9], to: dir + "/taken", mode: 0o600)
+        #expect(try FileSystem.moveWithoutReplacing(dir + "/part", to: dir + "/taken") == false)
+        #expect(try AtomicFile.readIfPresent(dir + "/taken", maximumSize: 16) == [9], "not replaced")
+        #expect(try AtomicFile.readIfPresent(dir + "/part", maximumSize: 16) == [1, 2, 3], "not moved")
+        #expect(try FileSystem.moveWithoutReplacing(dir + "/part", to: dir + "/free") == true)
+        #expect(try AtomicFile.readIfPresent(dir + "/free", maximumSize: 16) == [1, 2, 3])
+        #expect(try AtomicFile.readIfPresent(dir + "/part", maximumSize: 16) == nil, "moved, not linked")
+        let file = try RegularFile.openForReading(dir + "/free")
+        #expect(try file.linkCount() == 1, "one name")
+    }
+}
