@@ -202,8 +202,17 @@ extension DNSSDClient {
             rename(p, collision: "network")
             _ = libavahi.avahi_entry_group_reset(g)
             if let e = fill(p, g) {
+                // Freed, as when a first publication fails (docs/dnssd.md): a publication that
+                // keeps its group is skipped when avahi-daemon comes back (`restoreAll`), and
+                // this one would never be tried again. After this callback returns: Avahi is
+                // inside a call on this group now.
                 p.state = .failed
                 p.error = e.description
+                let failedGroup = UInt(bitPattern: g)  // (compared, never used, on the queue)
+                queue.async { [weak self] in
+                    guard let self, let p = self.publications[id], let now = p.group, UInt(bitPattern: now.pointer) == failedGroup else { return }
+                    self.dropGroup(p, free: true, state: .failed)
+                }
                 onEvent(.publishFailed(p.info, error: e.description))
                 p.answer(.failure(e))
             }
