@@ -147,7 +147,9 @@ struct GattCharacteristic1: Sendable {
     /// `AcquireNotify`: the socket the notifications come on, and the link's MTU.
     func acquireNotify() async throws(BlueZCallError) -> (fd: UnixFD, mtu: Int) {
         let r = try await object.call("AcquireNotify", [.propertyMap([:])], timeout: .seconds(10))
-        guard r.count == 2, case .unixFD(let fd) = r[0], let mtu = r[1].integer else { throw .badReply("AcquireNotify", r, expected: "hq") }
+        guard r.count == 2, case .unixFD(let fd) = r[0], let mtu = r[1].integer, (23...65_535).contains(mtu) else {
+            throw .badReply("AcquireNotify", r, expected: "hq (an MTU of 23 to 65535)")
+        }
         return (fd, Int(mtu))
     }
 

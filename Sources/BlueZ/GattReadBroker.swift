@@ -26,6 +26,8 @@ public final class GattReadBroker: Sendable {
     private struct Pending {
         let owner: UInt64
         let continuation: CheckedContinuation<Result<[UInt8], GattError>, Never>
+        /// The characteristic's `max_length`: a longer answer is refused to its client.
+        let maxLength: Int
     }
 
     /// What a central gets for a read nobody answered: the first application error code.
@@ -42,7 +44,7 @@ public final class GattReadBroker: Sendable {
     public func handle(_ c: LocalCharacteristic, by owner: UInt64) {
         state.withLock { $0.handlers[Self.key(c)] = (owner, c) }
         c.setReadHandler { [weak self] request in
-            await self?.forward(request, to: owner) ?? .failure(Self.unanswered)
+            await self?.forward(request, to: owner, maxLength: c.definition.maxLength) ?? .failure(Self.unanswered)
         }
     }
 
@@ -56,8 +58,10 @@ public final class GattReadBroker: Sendable {
     /// Throws when `owner` has no such request pending (never made, answered, timed out,
     /// or another owner's: that one stays pending for its owner).
     public func answer(_ id: String, from owner: UInt64, with result: Result<[UInt8], GattError>) throws(GattReadAnswerError) {
-        let pending = state.withLock { s -> Pending? in
-            guard s.pending[id]?.owner == owner else { return nil }
+        let pending = try state.withLock { s throws(GattReadAnswerError) -> Pending? in
+            guard let p = s.pending[id], p.owner == owner else { return nil }
+            // Refused to the one answering, the request still pending: it may answer again.
+            if case .success(let v) = result, v.count > p.maxLength { throw .tooLong(id, bytes: v.count, maxLength: p.maxLength) }
             return s.pending.removeValue(forKey: id)
         }
         guard let pending else { throw .unknownRequest(id, timeout: timeout) }
@@ -78,13 +82,13 @@ public final class GattReadBroker: Sendable {
     }
 
     /// Hands `request` to `owner` and waits for its answer (or the timeout).
-    private func forward(_ request: GattReadRequest, to owner: UInt64) async -> Result<[UInt8], GattError> {
+    private func forward(_ request: GattReadRequest, to owner: UInt64, maxLength: Int) async -> Result<[UInt8], GattError> {
         let id = state.withLock { s -> String in
             defer { s.nextID += 1 }
             return "r\(s.nextID)"
         }
         return await withCheckedContinuation { (c: CheckedContinuation<Result<[UInt8], GattError>, Never>) in
-            state.withLock { $0.pending[id] = Pending(owner: owner, continuation: c) }
+            state.withLock { $0.pending[id] = Pending(owner: owner, continuation: c, maxLength: maxLength) }
             guard deliver(id, request, owner) else {
                 finish(id, .failure(Self.unanswered))
                 return
@@ -109,12 +113,16 @@ public final class GattReadBroker: Sendable {
 public enum GattReadAnswerError: Error, Sendable, Hashable, CustomStringConvertible {
     /// No such request is pending for the one answering.
     case unknownRequest(String, timeout: Duration)
+    /// The value is longer than the characteristic's `max_length` (the request stays pending).
+    case tooLong(String, bytes: Int, maxLength: Int)
 
     /// A sentence for users.
     public var description: String {
         switch self {
         case .unknownRequest(let id, let timeout):
             "no pending read request \(id) for this connection (it may have timed out after \(timeout))"
+        case .tooLong(let id, let bytes, let maxLength):
+            "the answer to read request \(id) is \(bytes) bytes, over the characteristic's max_length \(maxLength) (the request still waits for an answer)"
         }
     }
 }

@@ -69,9 +69,17 @@ public final class LocalGattApplication: Sendable {
             MethodSpec("WriteValue", inputs: [("value", "ay"), ("options", "a{sv}")]) { call, reply in
                 guard writable else { return reply.fail(GattError.notPermitted.busError) }
                 let data = call.arguments[0].byteArray ?? []
-                guard data.count <= gattMaximumValueLength else { return reply.fail(GattError.invalidValueLength.busError) }
-                value.withLock { $0 = data }
-                reply.succeed()
+                let o = LocalCharacteristic.options(call.arguments[1])
+                // A prepared write asks for authorisation only; the data comes with the execute.
+                if o.prepare { return reply.succeed() }
+                // As a characteristic's: written from the offset on (a long write comes in pieces).
+                let refused = value.withLock { v -> GattError? in
+                    guard o.offset <= v.count else { return .invalidOffset }
+                    guard o.offset + data.count <= gattMaximumValueLength else { return .invalidValueLength }
+                    v = Array(v[..<o.offset]) + data
+                    return nil
+                }
+                if let refused { reply.fail(refused.busError) } else { reply.succeed() }
             },
         ], properties: [PropertySpec("UUID", "s"), PropertySpec("Characteristic", "o"), PropertySpec("Flags", "as"),
                         PropertySpec("Value", "ay", changeSignal: .none)])

@@ -187,10 +187,15 @@ public final class LocalCharacteristic: Sendable {
         for o in old { o.close() }
     }
 
+    /// The options of a GATT method call from bluetoothd. Checked, not trusted: an offset
+    /// outside 0...65535 becomes `Int.max` (every offset check refuses it: a negative one
+    /// trapped as an index), an MTU outside 23...65535 is unknown (`mtu - 3` could overflow).
     static func options(_ v: DBusValue) -> (offset: Int, device: BluetoothAddress?, mtu: Int?, type: String?, prepare: Bool) {
         let m = v.stringKeyedMap ?? [:]
         let device = m["device"]?.objectPath.flatMap { BluetoothAddress(bluezPathElement: $0.lastElement) }
-        return (Int(m["offset"]?.integer ?? 0), device, m["mtu"]?.integer.map { Int($0) }, m["type"]?.string, m["prepare-authorize"]?.bool ?? false)
+        let offset = m["offset"]?.integer ?? 0
+        let mtu = m["mtu"]?.integer.flatMap { (23...65_535).contains($0) ? Int($0) : nil }
+        return ((0...65_535).contains(offset) ? Int(offset) : .max, device, mtu, m["type"]?.string, m["prepare-authorize"]?.bool ?? false)
     }
 
     var interface: InterfaceSpec {

@@ -196,7 +196,10 @@ public final class PairingAgent: Sendable {
         case .justWorks: reply.succeed()
         case .reject: reply.fail(Self.rejected)
         case .passkey(let n):
-            if let passkey, passkey != n { reply.fail(Self.rejected) } else { reply.succeed() }
+            // A pairing that shows no passkey ("just works": a central without input or
+            // output, or one asking no protection against a man in the middle) proves nothing:
+            // accepted, any device near would bond without knowing NNNNNN.
+            if kind == .authorize || passkey.map({ $0 != n }) == true { reply.fail(Self.rejected) } else { reply.succeed() }
         case .confirm:
             Task {
                 if await ask(kind, device, passkey: passkey, service: service) { reply.succeed() } else { reply.fail(Self.rejected) }

@@ -92,7 +92,9 @@ public struct RemoteDevice: Sendable, Hashable {
         if let a = p["Appearance"]?.integer { set(\.appearance, Optional(Int(a)), "appearance") }
         if let m = p["ManufacturerData"]?.dictionaryEntries {
             var d: [UInt16: [UInt8]] = [:]
-            for e in m { if let k = e.key.integer, let v = e.value.unwrapped.byteArray { d[UInt16(truncatingIfNeeded: k)] = v } }
+            // (A key that is not a company identifier is skipped: cut to 16 bits it would pass
+            // for another company's, and match its --manufacturer filter.)
+            for e in m { if let k = e.key.integer.flatMap(UInt16.init(exactly:)), let v = e.value.unwrapped.byteArray { d[k] = v } }
             set(\.manufacturerData, d, "manufacturer_data")
         }
         if let s = p["ServiceData"]?.dictionaryEntries {
@@ -104,7 +106,7 @@ public struct RemoteDevice: Sendable, Hashable {
         }
         if let s = p["AdvertisingData"]?.dictionaryEntries {
             var d: [UInt8: [UInt8]] = [:]
-            for e in s { if let k = e.key.integer, let v = e.value.unwrapped.byteArray { d[UInt8(truncatingIfNeeded: k)] = v } }
+            for e in s { if let k = e.key.integer.flatMap(UInt8.init(exactly:)), let v = e.value.unwrapped.byteArray { d[k] = v } }
             set(\.advertisingData, d, "advertising_data")
         }
         set(\.connected, p["Connected"]?.bool, "connected")
@@ -185,15 +187,19 @@ public struct RemoteAttribute: Sendable, Hashable {
         includes = p["Includes"]?.arrayElements?.compactMap(\.objectPath) ?? []
         notifying = p["Notifying"]?.bool ?? false
         notifyAcquired = p["NotifyAcquired"]?.bool ?? false
-        mtu = p["MTU"]?.integer.map { Int($0) }
+        mtu = Self.mtu(p["MTU"])
         value = p["Value"]?.byteArray
     }
+
+    /// An ATT MTU from bluetoothd, checked: 23 to 65535 (another value is unknown, not a
+    /// number `mtu - 3` could overflow on or turn negative).
+    static func mtu(_ v: DBusValue?) -> Int? { v?.integer.flatMap { (23...65_535).contains($0) ? Int($0) : nil } }
 
     /// Applies changed properties of the attribute's interface.
     public mutating func apply(_ p: [String: DBusValue]) {
         if let v = p["Notifying"]?.bool { notifying = v }
         if let v = p["NotifyAcquired"]?.bool { notifyAcquired = v }
-        if let v = p["MTU"]?.integer { mtu = Int(v) }
+        if p["MTU"] != nil { mtu = Self.mtu(p["MTU"]) }
         if let v = p["Value"]?.byteArray { value = v }
         if let v = p["Flags"]?.stringArray { flags = v }
     }

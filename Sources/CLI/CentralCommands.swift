@@ -126,7 +126,7 @@ enum CentralCommands {
     /// `00:AA:01:01:00:01  -60 dBm  Kenshin Cui's Device  c4fb2349-72fe-4ca2-94d6-1f3cb16331ee  mfr 0xffff 0102`.
     /// The widths are fixed, since a scan prints each device as it is found.
     static func deviceLine(_ d: JSONValue) -> String {
-        let columns = [pad(d["address"]?.stringValue ?? "?", 17), pad(rssi(d), 8, right: true), pad(d["name"]?.stringValue ?? "-", 20),
+        let columns = [pad(d["address"]?.stringValue ?? "?", 17), pad(rssi(d), 8, right: true), pad(Rendering.text(d["name"]?.stringValue ?? "-"), 20),
                        services(d)]
         var line = (columns + extras(d) + flags(d)).joined(separator: "  ")
         while line.last == " " { line.removeLast() }
@@ -141,7 +141,7 @@ enum CentralCommands {
         if data.contains(where: { !$0.isEmpty }) { header.append("DATA") }
         return Rendering.table(header: header, rows: zip(devices, data).map { d, data in
             let state = flags(d)
-            return [d["address"]?.stringValue ?? "?", rssi(d), d["name"]?.stringValue ?? "-",
+            return [d["address"]?.stringValue ?? "?", rssi(d), Rendering.text(d["name"]?.stringValue ?? "-"),
                     state.isEmpty ? "-" : state.joined(separator: ","), services(d)] + (header.count > 5 ? [data] : [])
         })
     }
@@ -212,7 +212,7 @@ enum CentralCommands {
             return RPCCall(method: ControlMethod.centralConnect, params: p, minimumReplyTimeout: t + 10)
         }, render: { r in
             let d = r["device"] ?? .null
-            return "connected to \(d["address"]?.stringValue ?? "?")\(d["name"]?.stringValue.map { " (\($0))" } ?? "") on \(r["adapter"]?.stringValue ?? "?")\(r["keep"]?.boolValue == true ? ", kept connected" : "")"
+            return "connected to \(d["address"]?.stringValue ?? "?")\(d["name"]?.stringValue.map { " (\(Rendering.text($0)))" } ?? "") on \(r["adapter"]?.stringValue ?? "?")\(r["keep"]?.boolValue == true ? ", kept connected" : "")"
         }))
 
     static let disconnect = CLICommand(

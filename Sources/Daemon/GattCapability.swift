@@ -211,6 +211,11 @@ extension GattDefinitionError: RPCErrorConvertible {
 extension GattReadAnswerError: RPCErrorConvertible {
     /// A `gatt.respond` for a read this connection has no longer (or never had) pending.
     var rpcError: RPCError {
-        RPCError(code: RPCErrorCode.invalidState, message: description, data: ["kind": "unknown-request"])
+        switch self {
+        case .unknownRequest: RPCError(code: RPCErrorCode.invalidState, message: description, data: ["kind": "unknown-request"])
+        case .tooLong(_, _, let maxLength):
+            RPCError(code: RPCErrorCode.invalidParams, message: "invalid params: value_hex: \(description)",
+                     data: ["kind": "too-large", "param": "value_hex", "max_length": .int(Int64(maxLength))])
+        }
     }
 }

@@ -67,6 +67,9 @@ import Testing
             == "00:AA:01:01:00:02         -  -                     180d,180f  data feaa 00ff  tx 4 dBm")
         #expect(CentralCommands.deviceLine(["address": "00:AA:01:01:00:03", "rssi": -101, "name": "A much longer name than twenty", "connected": true, "paired": true])
             == "00:AA:01:01:00:03  -101 dBm  A much longer name than twenty  -  connected  paired")
+        // A device's name is its own choice: control characters come out escaped.
+        #expect(CentralCommands.deviceLine(["address": "00:AA:01:01:00:04", "name": "\u{1B}[2Jx"])
+            == "00:AA:01:01:00:04         -  \"\\u001b[2Jx\"          -")
         let devices: [JSONValue] = [
             ["address": .string(Self.dev), "rssi": -60, "name": "Kenshin Cui's Device", "connected": true, "trusted": true,
              "uuids": ["c4fb2349-72fe-4ca2-94d6-1f3cb16331ee"]],

@@ -335,6 +335,54 @@ import Glibc
         await #expect(throws: BusError.self) { _ = try await failing.value() }
     }
 
+    /// What bluetoothd passes is checked, not trusted: a negative offset (it trapped as an
+    /// index, taking every client down) is an invalid offset, an MTU out of range is unknown;
+    /// a descriptor's write goes from its offset on (the offset was ignored: a long write's
+    /// last piece replaced the value); a client's answer to a read longer than the
+    /// characteristic's max_length is refused to that client, the read still waiting.
+    @Test func whatBluetoothdPassesIsCheckedNotTrusted() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        let def: JSONValue = ["name": "checked", "services": [["uuid": .string(Self.svc), "characteristics": [
+            ["uuid": .string(Self.chr), "flags": ["read", "write"], "value": "abc", "max_length": 8,
+             "descriptors": [["uuid": "2901", "flags": ["read", "write"], "value": "desc"]]],
+        ]]]]
+        _ = try r.daemon.call("gatt.register", ["definition": def])
+        let c = try #require(r.managers.object("org.bluez.GattCharacteristic1", uuid: Self.chr))
+        let d = try #require(r.managers.object("org.bluez.GattDescriptor1", uuid: "00002901-0000-1000-8000-00805f9b34fb"))
+        let owner = try #require(r.managers.box.state.withLock { $0.appOwner })
+        func call(_ path: ObjectPath, _ iface: String, _ member: String, _ body: [DBusValue]) async throws -> [DBusValue] {
+            try await r.managers.connection.call(destination: owner, path: path, interface: iface, member: member, body, timeout: .seconds(10))
+        }
+        let badOffset = DBusValue.propertyMap(["offset": .int16(-1), "mtu": .int64(Int64.min)])
+        let invalidOffset = BusError(name: "org.bluez.Error.InvalidOffset", message: "invalid offset")
+        await #expect(throws: invalidOffset) { _ = try await call(c, "org.bluez.GattCharacteristic1", "ReadValue", [badOffset]) }
+        await #expect(throws: invalidOffset) {
+            _ = try await call(c, "org.bluez.GattCharacteristic1", "WriteValue", [.bytes([1]), .propertyMap(["offset": .int64(-5)])])
+        }
+        await #expect(throws: invalidOffset) { _ = try await call(d, "org.bluez.GattDescriptor1", "ReadValue", [badOffset]) }
+        _ = try await call(d, "org.bluez.GattDescriptor1", "WriteValue", [.bytes(Array("XY".utf8)), .propertyMap(["offset": .uint16(2)])])
+        #expect(try await call(d, "org.bluez.GattDescriptor1", "ReadValue", [.propertyMap([:])]).first?.byteArray == Array("deXY".utf8),
+                "written from its offset on")
+        await #expect(throws: invalidOffset) {
+            _ = try await call(d, "org.bluez.GattDescriptor1", "WriteValue", [.bytes([1]), .propertyMap(["offset": .uint16(9)])])
+        }
+        #expect(try r.daemon.call("daemon.status")["pid"] != nil, "still serving")
+        // A client answering a read with more than max_length (8) bytes is told; the read waits.
+        let handler = try RawClient(r.daemon.socketPath)
+        _ = try handler.call("gatt.handle-reads", ["uuid": .string(Self.chr)])
+        let read = try r.managers.startCharacteristicCall(c, "ReadValue", [FakePeripheralManagers.options()])
+        let req = try #require(try handler.nextEvent("gatt.read-request")["data"])
+        do {
+            _ = try handler.call("gatt.respond", ["request": req["request"]!, "value": "far too long"])
+            Issue.record("an answer over max_length was taken")
+        } catch let e as RPCError {
+            #expect(e.code == RPCErrorCode.invalidParams && e.message.contains("over the characteristic's max_length 8"), "\(e.message)")
+        }
+        _ = try handler.call("gatt.respond", ["request": req["request"]!, "value": "fits"])
+        #expect(try await read.value().first?.byteArray == Array("fits".utf8))
+    }
+
     @Test func bluetoothdRestartRegistersEverythingAgain() async throws {
         let r = try await Self.rig()
         defer { r.daemon.stop() }
@@ -413,5 +461,15 @@ import Glibc
             _ = try r.daemon.call("agent.policy", ["policy": "passkey 12"])
             Issue.record("expected invalid params")
         } catch let e as RPCError { #expect(e.code == RPCErrorCode.invalidParams) }
+        // A passkey policy: the passkey shown must match, and a pairing that shows none ("just
+        // works") is refused (it was accepted: any device near could bond without the passkey).
+        _ = try r.daemon.call("agent.policy", ["policy": "passkey 123456"])
+        try await confirm()
+        func authorize() async throws {
+            _ = try await PendingCall(r.managers.connection, .methodCall(destination: agent.owner, path: agent.path, interface: "org.bluez.Agent1",
+                                                                         member: "RequestAuthorization",
+                                                                         body: [.objectPath("/org/bluez/hci0/dev_00_AA_01_01_00_01")])).value()
+        }
+        await #expect(throws: BusError(name: "org.bluez.Error.Rejected", message: "rejected by policy")) { try await authorize() }
     }
 }
