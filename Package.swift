@@ -84,7 +84,7 @@ let package = Package(
         .testTarget(name: "BLETests", dependencies: ["BLE", "Control"]),
         .testTarget(name: "ControlTests", dependencies: ["Control"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "SystemKit", "TestSupport"]),
-        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "TestSupport"]),
+        .testTarget(name: "DaemonTests", dependencies: ["Daemon", "Control", "SystemKit", "DBus", "BlueZ", "Logging", "Arguments", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["CLI", "Control", "Arguments", "SystemKit", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "SystemKit"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),

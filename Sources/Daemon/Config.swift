@@ -151,6 +151,8 @@ public struct DaemonConfig: Sendable, Equatable {
     public var watchdog: Bool = true
     /// Values of keys in `registeredSectionKeys`, by full key (`section.key`), as written.
     public var extra: [String: String] = [:]
+    /// The line each of `extra`'s keys was read from (for errors found in their values).
+    public var extraLines: [String: Int] = [:]
 
     /// Section keys (`section.key`) accepted into `extra`: those of `ConfigKeys.all`. Later
     /// modules that need settings of their own add their keys there (a section is known when
@@ -212,7 +214,24 @@ public struct DaemonConfig: Sendable, Equatable {
         } catch {
             throw ConfigError(file: file, reason: "cannot read the file: \(error)")
         }
-        return try parse(bytes: bytes, file: file)
+        let config = try parse(bytes: bytes, file: file)
+        try config.checkSections(file: file)
+        return config
+    }
+
+    /// The section keys' values, checked as the capabilities that take them will check them:
+    /// at start, so an error names the file and the line (it named "configuration" only), and
+    /// at a reload, so a value that would keep the next start from happening (after an
+    /// upgrade, or a reboot, with RestartPreventExitStatus) is refused now, the running
+    /// configuration kept.
+    func checkSections(file: String) throws(ConfigError) {
+        do {
+            _ = try AgentCapability.settings(extra)
+            _ = try PeerCapability.settings(extra)
+            _ = try PeerCapability.inboxSettings(extra, stateDirectory: stateDirectory)
+        } catch {
+            throw ConfigError(file: file, line: error.key.flatMap { extraLines[$0] }, key: error.key, reason: error.reason)
+        }
     }
 
     /// Parses configuration text; `file` names it in errors.
@@ -408,8 +427,14 @@ struct ConfigParser {
             config.socketPath = value
         case "socket_group":
             if value.isEmpty { config.socketGroup = nil; return }
-            guard UnixSocket.groupID(named: value) != nil else {
+            guard let gid = UnixSocket.groupID(named: value) else {
                 throw ConfigError(file: file, line: line, key: key, reason: "no such group \(value.debugDescription)")
+            }
+            // Found only when the socket is made: the start failed then, and systemd restarted
+            // it in a loop.
+            guard UnixSocket.mayGiveFiles(to: gid) else {
+                throw ConfigError(file: file, line: line, key: key, reason: "the daemon is not in group \(value.debugDescription), so it cannot give it the control socket "
+                                  + "(under the packaged unit only its own group, peerlink, can be given it: add the CLI's users to that group instead)")
             }
             config.socketGroup = value
         case "socket_mode":
@@ -454,6 +479,7 @@ struct ConfigParser {
             }
         default:
             config.extra[key] = value
+            config.extraLines[key] = line
         }
     }
 

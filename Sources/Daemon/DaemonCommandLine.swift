@@ -21,14 +21,23 @@ public enum DaemonCommandLine {
         options: [
             .value("config", valueName: "file", parser: .nonEmptyString,
                    help: "Configuration file (default \(DaemonConfig.defaultPath); a missing default file means all defaults)."),
-            .value("socket", valueName: "path", parser: .nonEmptyString,
-                   help: "Control socket path (default /run/peerlink/control.sock)."),
+            .value("socket", valueName: "path", parser: .custom(helpNote: "an absolute path") { text throws(ValueError) in
+                // As the file's `socket` key: relative, it would be taken from / under systemd;
+                // too long, the start failed with a status systemd retries.
+                guard text.hasPrefix("/"), text.utf8.count <= UnixSocket.maxPathLength, !text.contains("\0") else {
+                    throw ValueError("expected an absolute path of at most \(UnixSocket.maxPathLength) bytes")
+                }
+                return .string(text)
+            }, help: "Control socket path (default /run/peerlink/control.sock)."),
             .value("adapter", valueName: "hciN|address", parser: .custom(helpNote: "hciN or XX:XX:XX:XX:XX:XX") { text throws(ValueError) in
                 guard let v = validateAdapterSelector(text) else { throw ValueError("expected hciN or an address like 00:AA:01:00:00:00") }
                 return .string(v)
             }, help: "The adapter this daemon uses by default (default: the first adapter)."),
-            .value("state-dir", valueName: "dir", parser: .nonEmptyString,
-                   help: "Directory for persistent state (default /var/lib/peerlink)."),
+            .value("state-dir", valueName: "dir", parser: .custom(helpNote: "an absolute path") { text throws(ValueError) in
+                // As the file's `state_dir` key (relative, it was blamed on peer.inbox_dir).
+                guard text.hasPrefix("/"), !text.contains("\0") else { throw ValueError("expected an absolute path") }
+                return .string(text)
+            }, help: "Directory for persistent state (default /var/lib/peerlink)."),
             .value("bus", valueName: "system|session|address", parser: .custom(helpNote: "system, session or a D-Bus address") { text throws(ValueError) in
                 guard BusChoice(parsing: text) != nil else { throw ValueError("expected system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket") }
                 return .string(text)

@@ -43,6 +43,9 @@ final class PeerCapability: DaemonCapability {
             // Identity, trusted peers and the outgoing journal: what a `kill -9` mid-write left.
             AtomicFile.removeAbandonedTemporaries(in: directory)
             identity = try TLSIdentity.loadOrCreate(directory: directory)
+            // Made 0700 by earlier versions: the group (the CLI's users) could not reach the
+            // inbox below it.
+            AtomicFile.widenOwnDirectory(directory, from: 0o700, to: 0o750)
             trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
             inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {

@@ -88,7 +88,13 @@ public final class PeerlinkDaemon: Sendable {
             throw DaemonError("cannot open the control socket \(cfg.socketPath): \(error)")
         }
         var services: [any Service] = [ControlSocketService(), BusService(daemon: self)]
-        if cfg.watchdog, let interval = notifier.watchdogInterval {
+        if let interval = notifier.watchdogInterval {
+            // The unit asks for pings (WatchdogSec=): silent, the daemon would be killed and
+            // restarted every interval, so `watchdog = no` cannot be honoured here.
+            if !cfg.watchdog {
+                logger.warning("watchdog = no, but the service manager expects watchdog pings (WatchdogSec=): sending them anyway; set WatchdogSec=0 in a drop-in to turn them off",
+                               ["interval": "\(interval)"])
+            }
             services.append(WatchdogService(notifier: notifier, interval: interval))
         }
         notifier.ready(status: "serving on \(cfg.socketPath)")

@@ -108,7 +108,9 @@ public final class Inbox: @unchecked Sendable {
         self.duplicateWait = duplicateWait
         partDirectory = AtomicFile.join(directory, ".part")
         do {
-            try AtomicFile.makeDirectory(directory, mode: 0o700)
+            // The daemon's group (the CLI's users) may read what arrived; parts stay its own.
+            try AtomicFile.makeDirectory(directory, mode: 0o750)
+            AtomicFile.widenOwnDirectory(directory, from: 0o700, to: 0o750)
             try AtomicFile.makeDirectory(partDirectory, mode: 0o700)
         } catch {
             throw .io("making the inbox \(directory)", error)

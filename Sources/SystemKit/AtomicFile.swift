@@ -134,6 +134,16 @@ public enum AtomicFile {
         }
     }
 
+    /// Gives `directory` mode `to` if it is this process's and has exactly mode `from` (what
+    /// an earlier version made it with); anything else is left alone. Errors are ignored: the
+    /// old mode only keeps others out.
+    public static func widenOwnDirectory(_ directory: String, from: mode_t, to: mode_t) {
+        var info = stat()
+        guard stat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid(),
+              info.st_mode & 0o7777 == from else { return }
+        _ = chmod(directory, to)
+    }
+
     /// The directory part of `path` ("." for a bare name).
     public static func parent(of path: String) -> String {
         var trimmed = Substring(path)

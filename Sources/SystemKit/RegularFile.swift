@@ -183,6 +183,11 @@ public final class RegularFile: @unchecked Sendable {
         try syscall("ftruncate", context: path) { ftruncate(fd, off_t(size)) }
     }
 
+    /// Sets the file's permission bits (the umask does not apply).
+    public func setMode(_ mode: mode_t) throws {
+        try syscall("fchmod", context: path) { fchmod(fd, mode) }
+    }
+
     /// Flushes the file's data and size to the disk.
     public func sync() throws {
         try syscall("fsync", context: path) { fsync(fd) }

@@ -94,4 +94,16 @@ public enum UnixSocket {
         guard let g = getgrnam(name) else { return nil }
         return g.pointee.gr_gid
     }
+
+    /// Whether this process may give a file to group `gid` (`chown`): root, or a member of it
+    /// (its own group or a supplementary one). Under a user namespace that does not map the
+    /// group (systemd's PrivateUsers=), it is not one of these either.
+    public static func mayGiveFiles(to gid: gid_t) -> Bool {
+        if geteuid() == 0 || getegid() == gid { return true }
+        let n = getgroups(0, nil)
+        guard n > 0 else { return false }
+        var groups = [gid_t](repeating: 0, count: Int(n))
+        let got = getgroups(n, &groups)
+        return got > 0 && groups.prefix(Int(got)).contains(gid)
+    }
 }

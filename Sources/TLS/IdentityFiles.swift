@@ -35,11 +35,12 @@ enum IdentityFiles {
         }
     }
 
-    /// Makes `directory` (and missing parents) with mode 0700 if it does not exist; an existing
-    /// path that is not a directory is an error.
+    /// Makes `directory` (and missing parents) with mode 0750 if it does not exist (the key is
+    /// 0600 itself; the group reaches the inbox below it); an existing path that is not a
+    /// directory is an error.
     static func makeDirectory(_ directory: String) throws(TLSError) {
         do {
-            try AtomicFile.makeDirectory(directory, mode: 0o700)
+            try AtomicFile.makeDirectory(directory, mode: 0o750)
         } catch let e as SystemError where e.code == ENOTDIR {
             throw TLSError(.identityFile(path: directory), "\(directory): exists and is not a directory")
         } catch {

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Logging
 import Testing
+import Arguments
 @testable import Daemon
 
 private let file = "/etc/peerlink/peerlink.conf"
@@ -283,6 +284,24 @@ private func ownGroupName() -> String {
         }
     }
 
+    /// A section's value the capability would refuse at start is refused when the file is
+    /// loaded, naming the file and its line: at start (the error named "configuration" only)
+    /// and at a reload (it was taken, and the next start, after an upgrade or a reboot,
+    /// failed with a status systemd does not restart).
+    @Test func sectionValuesAreCheckedWhenTheFileIsLoaded() throws {
+        let path = try temporaryFile(Array("log_level = info\n\n[peer]\nname = board\nmax_peers = 100\n".utf8))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect {
+            try DaemonConfig.load(path: path)
+        } throws: { e in
+            guard let e = e as? ConfigError else { return false }
+            return e.file == path && e.line == 5 && e.key == "peer.max_peers"
+        }
+        let agent = try temporaryFile(Array("[agent]\npolicy = sometimes\n".utf8))
+        defer { try? FileManager.default.removeItem(atPath: agent) }
+        #expect { try DaemonConfig.load(path: agent) } throws: { ($0 as? ConfigError)?.line == 2 }
+    }
+
     @Test func explicitMissingFileIsAnError() {
         let path = "/nonexistent/peerlink-\(UUID().uuidString).conf"
         #expect(throws: ConfigError(file: path, reason: "cannot read the file: No such file or directory")) {
@@ -400,5 +419,21 @@ private func ownGroupName() -> String {
         var now = rlimit()
         try #require(getrlimit(resource, &now) == 0)
         #expect(now.rlim_cur == saved.rlim_max)
+    }
+}
+
+/// peerlinkd's --socket and --state-dir are checked as the file's keys are: a relative path
+/// is a usage error naming the option (a relative --state-dir was blamed on peer.inbox_dir, a
+/// relative --socket taken from / under systemd, an over-long one a start failure systemd
+/// retried).
+@Suite struct DaemonOptionTests {
+    @Test(arguments: [["--state-dir", "state"], ["--socket", "control.sock"], ["--socket", "/" + String(repeating: "s", count: 120)]])
+    func pathOptionsAreCheckedAsTheFilesKeysAre(arguments: [String]) {
+        #expect {
+            _ = try CommandParser(root: DaemonCommandLine.command).parse(arguments)
+        } throws: { error in
+            "\(error)".contains(arguments[0]) && "\(error)".contains("absolute path")
+        }
+        #expect((try? CommandParser(root: DaemonCommandLine.command).parse([arguments[0], "/srv/ok"])) != nil)
     }
 }

@@ -197,6 +197,22 @@ import Testing
         again.discard()
     }
 
+    /// What arrived is the daemon's group's to read (the CLI's users: `peer inbox` gives them
+    /// paths they could not open): the inbox 0750, a saved file 0640, parts the daemon's own;
+    /// an inbox an earlier version made 0700 is opened up.
+    @Test func theGroupMayReadWhatArrived() throws {
+        let dir = try Directory()
+        func mode(_ path: String) throws -> Int { (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1 }
+        try FileManager.default.createDirectory(atPath: dir.path + "/old", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        _ = try Inbox(directory: dir.path + "/old")
+        #expect(try mode(dir.path + "/old") == 0o750)
+        let inbox = try Inbox(directory: dir.path + "/inbox")
+        #expect(try mode(dir.path + "/inbox") == 0o750 && mode(dir.path + "/inbox/.part") == 0o700)
+        let bytes = Self.content(1000)
+        let saved = try Self.saved(inbox, try Self.offer("shared.bin", bytes), bytes)
+        #expect(try mode(saved.path) == 0o640)
+    }
+
     /// A part nobody resumed within `partRetention` is removed when the inbox is next opened
     /// (the daemon's start), and so is the record of a file saved that long ago; a younger
     /// part is kept and still resumes.

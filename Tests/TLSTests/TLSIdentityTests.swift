@@ -32,7 +32,7 @@ import Glibc
         _ = try TLSIdentity.loadOrCreate(directory: nested)
         #expect(try mode(of: nested + "/identity.key") == 0o600)
         #expect(try mode(of: nested + "/identity.crt") == 0o644)
-        #expect(try mode(of: nested) == 0o700)
+        #expect(try mode(of: nested) == 0o750, "the group reaches the inbox below it; the key is its owner's alone")
         let names = try FileManager.default.contentsOfDirectory(atPath: nested).sorted()
         #expect(names == ["identity.crt", "identity.key"])
         let key = try String(contentsOfFile: nested + "/identity.key", encoding: .utf8)
