@@ -22,7 +22,7 @@ help:
 	@echo "make fuzz     libFuzzer on every decoder of outside input (FUZZ_SECONDS=120 each, FUZZ_TARGETS=...)"
 	@echo "make man      regenerate docs/man/* and docs/completions/* from the command and config tables"
 	@echo "make deb      .build/package/peerlink_<version>_<arch>.deb (static Swift runtime), checked by lintian"
-	@echo "make install  install binaries, man pages, completions, systemd unit, udev rules, example config (as root)"
+	@echo "make install  install binaries, man pages, completions, systemd unit, example config (as root)"
 
 # Installs (as root) or names (otherwise) what the build and the lab need.
 deps:
@@ -117,7 +117,7 @@ ZSHCOMPDIR := $(if $(filter /usr,$(PREFIX)),$(PREFIX)/share/zsh/vendor-completio
 # scripts/check-install.sh (run by make check) installs into a DESTDIR and uninstalls.
 install: deps-deb
 	@bin=$$(SWIFT=$(SWIFT) scripts/make-deb.sh --build-only) || exit 1; \
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/udev/rules.d $(DESTDIR)/etc/peerlink && \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/peerlink && \
 	install -m 0755 $$bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlinkd && \
 	strip --remove-section=.comment --remove-section=.note $(DESTDIR)$(PREFIX)/bin/peerlinkd && \
 	ln -sf peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
@@ -128,13 +128,11 @@ install: deps-deb
 	install -m 0644 docs/completions/peerlink.bash $(DESTDIR)$(BASHCOMPDIR)/peerlink
 	install -m 0644 docs/completions/_peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
 	sed 's|/usr/local/bin|$(PREFIX)/bin|g' systemd/peerlinkd.service > $(DESTDIR)/etc/systemd/system/peerlinkd.service
-	install -m 0644 udev/70-peerlink.rules $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
 	[ -e $(DESTDIR)/etc/peerlink/peerlink.conf ] || install -m 0644 examples/peerlink.conf $(DESTDIR)/etc/peerlink/peerlink.conf
 	@if [ -z "$(DESTDIR)" ]; then \
 	  getent group peerlink >/dev/null || groupadd --system peerlink; \
 	  getent passwd peerlink >/dev/null || useradd --system --gid peerlink --no-create-home --home-dir /var/lib/peerlink --shell /usr/sbin/nologin peerlink; \
 	  getent group bluetooth >/dev/null && usermod -a -G bluetooth peerlink || true; \
-	  udevadm control --reload 2>/dev/null || true; \
 	  systemctl daemon-reload 2>/dev/null || true; \
 	  echo "Installed. Start it with: systemctl enable --now peerlinkd"; \
 	  echo "Let a user run 'peerlink': usermod -a -G peerlink USER (and set socket_group = peerlink in /etc/peerlink/peerlink.conf)"; \
@@ -145,7 +143,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
 	rm -f $(DESTDIR)$(MANDIR)/man1/peerlink.1 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man8/peerlinkd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
-	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
+	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service
 	@echo "Left in place: /etc/peerlink, /var/lib/peerlink and the peerlink user."
 
 clean:

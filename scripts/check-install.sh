@@ -31,7 +31,6 @@ want=(
     "$PREFIX/share/bash-completion/completions/peerlink:644"
     "$PREFIX/share/zsh/site-functions/_peerlink:644"
     "/etc/systemd/system/peerlinkd.service:644"
-    "/etc/udev/rules.d/70-peerlink.rules:644"
     "/etc/peerlink/peerlink.conf:644"
 )
 for w in "${want[@]}"; do

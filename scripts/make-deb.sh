@@ -14,7 +14,6 @@
 # see), adduser and dbus; it recommends bluez and avahi-daemon. It installs:
 #   /usr/bin/peerlinkd, /usr/bin/peerlink -> peerlinkd
 #   /lib/systemd/system/peerlinkd.service   (not enabled: `systemctl enable --now peerlinkd`)
-#   /lib/udev/rules.d/70-peerlink.rules
 #   /etc/peerlink/peerlink.conf             (a conffile: kept on upgrade, removed on purge)
 #   man pages, bash and zsh completions, /usr/share/doc/peerlink
 # Its maintainer scripts (packaging/debian/) create the system user and group `peerlink`
@@ -89,7 +88,7 @@ STAGE=$(mktemp -d "${TMPDIR:-/tmp}/peerlink-deb.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 ROOT=$STAGE/root
 umask 022
-install -d "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/lib/systemd/system" "$ROOT/lib/udev/rules.d" \
+install -d "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/lib/systemd/system" \
     "$ROOT/etc/peerlink" "$ROOT/usr/share/man/man1" "$ROOT/usr/share/man/man5" "$ROOT/usr/share/man/man8" \
     "$ROOT/usr/share/bash-completion/completions" "$ROOT/usr/share/zsh/vendor-completions" \
     "$ROOT/usr/share/doc/peerlink"
@@ -99,7 +98,6 @@ strip --remove-section=.comment --remove-section=.note "$ROOT/usr/bin/peerlinkd"
 ln -s peerlinkd "$ROOT/usr/bin/peerlink"
 sed 's|/usr/local/bin|/usr/bin|g' systemd/peerlinkd.service >"$ROOT/lib/systemd/system/peerlinkd.service"
 chmod 0644 "$ROOT/lib/systemd/system/peerlinkd.service"
-install -m 0644 udev/70-peerlink.rules "$ROOT/lib/udev/rules.d/70-peerlink.rules"
 install -m 0644 examples/peerlink.conf "$ROOT/etc/peerlink/peerlink.conf"
 for page in peerlink.1:man1 peerlink.conf.5:man5 peerlinkd.8:man8; do
     gzip -9n <"docs/man/${page%%:*}" >"$ROOT/usr/share/man/${page##*:}/${page%%:*}.gz"

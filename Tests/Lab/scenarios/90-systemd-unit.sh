@@ -21,8 +21,9 @@
 #   6. a configuration error → exit 2, not restarted in a loop, `systemctl status` shows the
 #      file, line and key, and `journalctl -p err` has the error but not the notices (the
 #      <N> priority prefixes reach journald);
-#   7. udev: with the unit enabled but stopped, controllers appearing (btvirt started anew)
-#      start it (the package's rule: SYSTEMD_WANTS on an hci device); 7b. a controller removed
+#   7. hotplug: with the unit enabled but stopped, controllers appearing (btvirt started anew)
+#      start it (WantedBy=bluetooth.target, which systemd starts when a controller appears);
+#      disabled, they do not; 7b. a controller removed
 #      and re-added under another hciN is followed by its address: adapter.added says which
 #      name it had, its GATT application and advertisement come back on it (the events, and
 #      busctl for the advertisement), none lands on the controller that took its name;
@@ -235,13 +236,23 @@ run systemctl reset-failed "$UNIT"
 run timeout 120 systemctl start "$UNIT"
 assert_eq "$RUN_RC" 0 "start with the configuration repaired"
 
-note "7. udev: enabled but stopped, controllers appearing start it"
-run timeout 60 systemctl stop "$UNIT"
+note "7. hotplug: disabled, controllers appearing do not start it; enabled but stopped, they do"
+run timeout 60 systemctl disable --now "$UNIT"
+assert_eq "$RUN_RC" 0 "systemctl disable --now"
+lab_stop_btvirt || fail "btvirt's controllers did not go away"
+lab_start_btvirt || fail "btvirt did not come back"
+# (bluetooth.target is started as the controllers appear: then, and a moment after, the
+# disabled unit must still be stopped.)
+wait_for 30 sh -c '[ "$(systemctl is-active bluetooth.target)" = active ]' || fail "bluetooth.target did not start with the controllers"
+sleep 5
+assert_eq "$(systemctl is-active "$UNIT")" inactive "the disabled unit, controllers having appeared"
+run timeout 60 systemctl enable "$UNIT"
+assert_eq "$RUN_RC" 0 "systemctl enable"
 lab_stop_btvirt || fail "btvirt's controllers did not go away"
 assert_eq "$(systemctl is-active "$UNIT")" inactive "the unit with no controller"
 lab_start_btvirt || fail "btvirt did not come back"
 wait_for 60 sh -c "[ \"\$(systemctl is-active $UNIT)\" = active ]" || fail "controllers appearing did not start the unit: $(systemctl status "$UNIT" --no-pager 2>&1 | head -n 15)"
-wait_for 15 answers || fail "the daemon started by udev does not answer"
+wait_for 15 answers || fail "the daemon started by a controller's appearance does not answer"
 
 note "7b. a controller removed and re-added under another hciN is followed by address"
 # btvirt's -l controllers take their address from their index (00:AA:01:0N:00:0N), so none
