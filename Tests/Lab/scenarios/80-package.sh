@@ -67,7 +67,7 @@ note "1. apt-get install ./$(basename "$DEB")"
 run timeout 300 apt-get install -y --no-install-recommends "$DEB"
 assert_eq "$RUN_RC" 0 "apt-get install"
 assert_eq "$(dpkg-query -W -f='${db:Status-Status}' peerlink)" installed "dpkg's status"
-for f in /usr/bin/peerlinkd /usr/bin/peerlink /lib/systemd/system/peerlinkd.service /lib/udev/rules.d/70-peerlink.rules \
+for f in /usr/bin/peerlinkd /usr/bin/peerlink /lib/systemd/system/peerlinkd.service /usr/share/lintian/overrides/peerlink \
          /etc/peerlink/peerlink.conf /usr/share/man/man8/peerlinkd.8.gz /usr/share/man/man1/peerlink.1.gz \
          /usr/share/man/man5/peerlink.conf.5.gz /usr/share/bash-completion/completions/peerlink \
          /usr/share/zsh/vendor-completions/_peerlink /usr/share/doc/peerlink/copyright; do
