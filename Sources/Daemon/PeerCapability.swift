@@ -49,7 +49,9 @@ final class PeerCapability: DaemonCapability {
             trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
             inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {
-            throw DaemonError("peer sessions: \(error)")
+            // A directory the sandbox keeps read-only: say how to open it.
+            let hint = "\(error)".contains("Read-only file system") ? " (under the packaged unit, a directory outside \(context.stateDirectory) needs a drop-in: ReadWritePaths=-\(inboxDirectory); docs/packaging.md)" : ""
+            throw DaemonError("peer sessions: \(error)\(hint)")
         }
         if inbox.removedParts > 0 {
             logger.notice("removed transfer parts nobody resumed in time",

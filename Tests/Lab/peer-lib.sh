@@ -211,6 +211,11 @@ peer_net_avahi() {
     spawn "bus-$n" dbus-daemon --system --nofork --nopidfile --address="$(peer_bus "$n")"
     wait_for 30 busctl --address="$(peer_bus "$n")" status || fail "host $n's bus did not start: $(cat "$(log_of "bus-$n")")"
     avahi_conf "$dir/avahi-daemon.conf" pl-peer$n pl0
+    peer_net_avahi_start "$n"
+}
+# peer_net_avahi_start N: (another) avahi-daemon for host N, on its bus (running already).
+peer_net_avahi_start() {
+    local n=$1 dir=$PEER_NET_DIR/ns$1
     spawn "avahi-$n" env DBUS_SYSTEM_BUS_ADDRESS="$(peer_bus "$n")" ip netns exec "plpeer$n" sh -c \
         'mount -t tmpfs tmpfs /run/avahi-daemon && exec avahi-daemon --no-drop-root --no-chroot --no-rlimits -f "$1"' \
         sh "$dir/avahi-daemon.conf"

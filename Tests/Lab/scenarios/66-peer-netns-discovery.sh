@@ -80,11 +80,16 @@ expect_rc 0 pl p1 peer advertise cmj-stream --info room=lab
 wait_for 30 sh -c '[ "$(grep -c "\"peer.found\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$FOUND_BEFORE" \
     || fail "p2's browse did not find p1 again: $(tail -n 3 "$(log_of browse-p2)")"
 LOST_BEFORE=$(events peer.lost)
-pkill -f -- "$PEER_NET_DIR/ns2/avahi-daemon.conf" || fail "no avahi-daemon of host 2 to stop"
+# (By its namespace: avahi-daemon retitles itself, "avahi-daemon: running [...]".)
+stopped=0
+for pid in $(ip netns pids "$(peer_ns 2)"); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = avahi-daemon ] && kill "$pid" && stopped=1
+done
+[ "$stopped" = 1 ] || fail "no avahi-daemon of host 2 to stop"
 wait_for 20 sh -c '[ "$(grep -c "\"peer.lost\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$LOST_BEFORE" \
     || fail "p2's browse did not report p1 lost when host 2's avahi-daemon stopped: $(tail -n 3 "$(log_of browse-p2)")"
 FOUND_BEFORE=$(events peer.found)
-peer_net_avahi 2
+peer_net_avahi_start 2
 wait_for 60 sh -c '[ "$(grep -c "\"peer.found\"" "$1")" -gt "$2" ]' sh "$(log_of browse-p2)" "$FOUND_BEFORE" \
     || fail "p2's browse did not find p1 once host 2's avahi-daemon was back: $(tail -n 3 "$(log_of browse-p2)")"
 assert_contains "$(grep '"peer.found"' "$(log_of browse-p2)" | tail -n 1)" '10.77.0.1:7001' "p1's address found again"
