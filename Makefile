@@ -128,6 +128,7 @@ install: deps-deb
 	install -m 0644 docs/completions/peerlink.bash $(DESTDIR)$(BASHCOMPDIR)/peerlink
 	install -m 0644 docs/completions/_peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
 	sed 's|/usr/local/bin|$(PREFIX)/bin|g' systemd/peerlinkd.service > $(DESTDIR)/etc/systemd/system/peerlinkd.service
+	rm -f $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules  # an earlier version's (it started the daemon even when disabled)
 	[ -e $(DESTDIR)/etc/peerlink/peerlink.conf ] || install -m 0644 examples/peerlink.conf $(DESTDIR)/etc/peerlink/peerlink.conf
 	@if [ -z "$(DESTDIR)" ]; then \
 	  getent group peerlink >/dev/null || groupadd --system peerlink; \
@@ -143,7 +144,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/peerlinkd $(DESTDIR)$(PREFIX)/bin/peerlink
 	rm -f $(DESTDIR)$(MANDIR)/man1/peerlink.1 $(DESTDIR)$(MANDIR)/man5/peerlink.conf.5 $(DESTDIR)$(MANDIR)/man8/peerlinkd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/peerlink $(DESTDIR)$(ZSHCOMPDIR)/_peerlink
-	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service
+	rm -f $(DESTDIR)/etc/systemd/system/peerlinkd.service $(DESTDIR)/etc/udev/rules.d/70-peerlink.rules
 	@echo "Left in place: /etc/peerlink, /var/lib/peerlink and the peerlink user."
 
 clean:

@@ -162,6 +162,8 @@ extension ValueParser {
     public static let seconds = ValueParser.custom { text throws(ValueError) in
         guard let d = Double(text), d.isFinite else { throw ValueError("expected a number of seconds") }
         guard d > 0 else { throw ValueError("must be more than 0 seconds") }
+        // (Milliseconds of it are counted in 64 bits: 1e16 trapped.)
+        guard d <= 31_536_000 else { throw ValueError("must be at most a year (31536000 seconds)") }
         return .double(d)
     }
 

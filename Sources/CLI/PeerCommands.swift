@@ -106,11 +106,13 @@ enum PeerCommands {
 
     /// `peer disconnect ID`, `peer trust ID`, `peer forget ID`.
     static let disconnect = onePeer("disconnect", ControlMethod.peerDisconnect, "End the session with a peer.", done: "disconnected")
-    static let trust = onePeer("trust", ControlMethod.peerTrust, "Trust a peer: remember its ID (pinned) across restarts.", done: "trusted")
+    static let trust = onePeer("trust", ControlMethod.peerTrust, "Trust a peer: remember its ID (pinned) across restarts.", done: "trusted",
+                               help: "The whole peer ID: 64 hex digits or the grouped form ('peer trusted', 'peer sessions --json'), since it is what the peer is checked against.")
     static let forget = onePeer("forget", ControlMethod.peerForget, "Forget a trusted peer.", done: "forgot")
 
-    private static func onePeer(_ verb: String, _ method: String, _ abstract: String, done: String) -> CLICommand {
-        .naming(["peer", verb], method, abstract: abstract, Positional("peer", help: "The peer ID: 64 hex digits, the grouped form, or its start as lists show it (7 characters or more).")) { r in
+    private static func onePeer(_ verb: String, _ method: String, _ abstract: String, done: String,
+                                help: String = "The peer ID: 64 hex digits, the grouped form, or its start as lists show it (7 characters or more).") -> CLICommand {
+        .naming(["peer", verb], method, abstract: abstract, Positional("peer", help: help)) { r in
             "\(done) \(r["short"]?.stringValue ?? "?")"
         }
     }

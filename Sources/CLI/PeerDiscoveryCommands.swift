@@ -130,8 +130,9 @@ enum PeerDiscoveryCommands {
         return 0
     }
 
-    /// Browses for `type` on `client` until a peer with ID (or its start, 7 characters or
-    /// more: the short form lists show) or display name `target` is found. A name is a
+    /// Browses for `type` on `client` until a peer with ID (whole: the ID found is the one
+    /// the dial checks the peer's certificate against, and a short form's 35 bits can be
+    /// matched by a certificate made for the purpose) or display name `target` is found. A name is a
     /// label anyone may take (the host name by default: several "raspberrypi"): once one
     /// peer of that name is found, the browse goes on a moment (`nameGrace`) for another,
     /// and two are an error listing both, not an invitation to whichever answered first.
@@ -140,9 +141,9 @@ enum PeerDiscoveryCommands {
         let wanted = target.filter { $0 != "-" && $0 != " " }.uppercased()
         var named: [String: String] = [:]  // ID → short form, of the peers called `target`
         func byID(_ p: JSONValue) -> String? {
-            guard wanted.count >= 7, let id = p["peer"]?.stringValue else { return nil }
+            guard let id = p["peer"]?.stringValue else { return nil }
             let text = (p["peer_text"]?.stringValue ?? "").filter { $0 != "-" }.uppercased()
-            return id.uppercased().hasPrefix(wanted) || text.hasPrefix(wanted) ? id : nil
+            return id.uppercased() == wanted || (!text.isEmpty && text == wanted) ? id : nil
         }
         func note(_ p: JSONValue) {
             if p["name"]?.stringValue == target, let id = p["peer"]?.stringValue { named[id] = p["short"]?.stringValue ?? id }

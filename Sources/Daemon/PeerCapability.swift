@@ -102,7 +102,7 @@ final class PeerCapability: DaemonCapability {
             let text = try p.string("address")
             let target: HostPort
             do throws(SystemError) { target = try HostPort(text) } catch { throw .invalidParams("address", error.context ?? "\(error)") }
-            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer", among: node.knownPeers.union(discovery.seenPeers)) }
+            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer", whole: true) }
             let context = try Self.context(p)
             let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
             let s = try await rpc {
@@ -149,7 +149,7 @@ final class PeerCapability: DaemonCapability {
         }
         context.register(ControlMethod.peerTrust) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer", "name"])
-            let peer = try Self.peer(p, "peer", among: node.knownPeers)
+            let peer = try Self.peer(p, "peer", whole: true)
             let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
             let added = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: name, true) }
             var o = Self.json(peer)
@@ -222,7 +222,7 @@ final class PeerCapability: DaemonCapability {
     /// `peer.invite`: dials the addresses a browse found for the peer, in turn, until one answers.
     private static func invite(_ p: RPCParams, _ node: PeerNode, _ discovery: PeerDiscovery) async throws(RPCError) -> JSONValue {
         try p.rejectUnknown(allowed: ["peer", "context_base64", "context", "timeout"])
-        let peer = try Self.peer(p, "peer", among: node.knownPeers.union(discovery.seenPeers))
+        let peer = try Self.peer(p, "peer", whole: true)
         let invitation = try Self.context(p, text: "context")
         let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
         let targets = discovery.addresses(for: peer)

@@ -165,9 +165,6 @@ final class PeerDiscovery: Sendable {
         state.withLock { s in (s.reported[browse] ?? [:]).values.sorted { $0["name"]?.stringValue ?? "" < $1["name"]?.stringValue ?? "" } }
     }
 
-    /// The peers the browses see now.
-    var seenPeers: Set<PeerID> { state.withLock { Set($0.sightings.values.map(\.record.peer)) } }
-
     /// Every address any browse has for `peer` (IPv4 first).
     func addresses(for peer: PeerID) -> [HostPort] {
         let all = state.withLock { s in s.sightings.values.filter { $0.record.peer == peer }.flatMap(\.addresses) }

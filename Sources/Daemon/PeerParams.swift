@@ -114,22 +114,27 @@ extension PeerCapability {
         }
     }
 
-    static func peer(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID> = []) throws(RPCError) -> PeerID {
+    static func peer(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID> = [], whole: Bool = false) throws(RPCError) -> PeerID {
         let text = try p.string(key)
-        return try peerID(text, key, among: known())
+        return try peerID(text, key, among: known(), whole: whole)
     }
 
     /// A peer ID: 64 hex digits, or the grouped form `peer.identity` shows; or, for people
     /// reading lists that show the short form, the start of either (at least the 7
     /// characters of the short form, dashes aside) when exactly one of `known` (the peers in
-    /// session, trusted, inviting, found) has an ID that starts so.
-    static func peerID(_ text: String, _ key: String, among known: @autoclosure () -> Set<PeerID> = []) throws(RPCError) -> PeerID {
+    /// session, trusted or inviting) has an ID that starts so. `whole`: only a whole ID, where
+    /// the ID is what a peer is checked against (`peer.trust`, a dial's expected peer): 35
+    /// bits of a short form can be matched by a certificate made for the purpose.
+    static func peerID(_ text: String, _ key: String, among known: @autoclosure () -> Set<PeerID> = [], whole: Bool = false) throws(RPCError) -> PeerID {
         if let id = PeerID(hex: text) { return id }
         let parseError: String
         do {
             return try PeerID(parsing: text)
         } catch {
             parseError = "\(error)"
+        }
+        if whole {
+            throw .invalidParams(key, "expected a whole peer ID (64 hex digits, or the grouped form peer.identity shows; here the ID is what the peer is checked against, so a part of it is not taken): \(parseError)")
         }
         let start = text.uppercased().filter { $0 != "-" }
         guard start.count >= 7, start.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
@@ -138,7 +143,7 @@ extension PeerCapability {
         let matches = known().filter { id in id.text.filter { $0 != "-" }.hasPrefix(start) || id.hex.uppercased().hasPrefix(start) }
         switch matches.count {
         case 1: return matches.first!
-        case 0: throw .invalidParams(key, "no peer in session, trusted, inviting or found has an ID starting with \(text) (a whole ID is 64 hex digits or the grouped form)")
+        case 0: throw .invalidParams(key, "no peer in session, trusted or inviting has an ID starting with \(text) (a whole ID is 64 hex digits or the grouped form)")
         default:
             throw .invalidParams(key, "\(text) starts the IDs of \(matches.count) peers (\(matches.map(\.shortText).sorted().joined(separator: ", "))): give more of it")
         }

@@ -170,8 +170,9 @@ public final class IncomingFile: @unchecked Sendable {
         inbox.recording(self, key: key)
         inbox.beforeSaving()
         do {
-            // Readable by the daemon's group (the CLI's users), as the inbox is.
-            try file.setMode(0o640)
+            // Readable by the daemon's group (the CLI's users), as the inbox is; a file system
+            // that refuses it (a FAT card mounted for another owner) costs only that.
+            try? file.setMode(0o640)
             try file.sync()
             file.close()
             let safe = ResourceName.sanitise(offer.name)

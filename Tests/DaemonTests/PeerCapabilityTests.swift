@@ -245,10 +245,12 @@ import Glibc
         #expect(reply["error"]?["data"]?["reason"] == "declined" && reply["error"]?["data"]?["by_peer"] == true)
     }
 
-    /// A person copies a peer's short form from a list: every method taking a peer takes
-    /// the start of an ID (7 characters or more, either form) when one known peer's ID
-    /// starts so, and says so when none does (before, only whole IDs were taken, and the
-    /// lists show only the short form).
+    /// A person copies a peer's short form from a list: the methods acting on a session or
+    /// a trusted peer take the start of an ID (7 characters or more, either form) when one
+    /// peer in session, trusted or inviting has an ID that starts so, and say so when none
+    /// does (before, only whole IDs were taken, and the lists show only the short form).
+    /// Where the ID is what a peer is checked against (trust, a dial's expected peer), only a
+    /// whole one: a short form's 35 bits can be matched by a certificate made for it.
     @Test func theStartOfAnIDNamesAKnownPeer() async throws {
         let bus = try PrivateBus()
         let a = try await Self.daemon(bus, name: "a", accept: "all")
@@ -262,11 +264,13 @@ import Glibc
         let sent = try RawClient(b.socketPath).call("peer.send", ["to": .array([.string(short)]), "text": "by its short form"])
         #expect(sent["sent_to"]?.arrayValue?.first?.stringValue == idA["peer"]?.stringValue)
         let hexStart = String(try #require(idA["peer"]?.stringValue).prefix(10))
-        let trusted = try RawClient(b.socketPath).call("peer.trust", ["peer": .string(hexStart)])
-        #expect(trusted["peer"] == idA["peer"])
+        let disconnected = try RawClient(b.socketPath).call("peer.disconnect", ["peer": .string(hexStart)])
+        #expect(disconnected["peer"] == idA["peer"])
+        let trust = try RawClient(b.socketPath).request("peer.trust", ["peer": .string(short)])
+        #expect(trust["error"]?["message"]?.stringValue?.contains("expected a whole peer ID") == true, "\(trust)")
         let unknown = try RawClient(b.socketPath).request("peer.disconnect", ["peer": "ZZZZZZZ"])
         #expect(unknown["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidParams))
-        #expect(unknown["error"]?["message"]?.stringValue?.contains("no peer in session, trusted, inviting or found has an ID starting with ZZZZZZZ") == true,
+        #expect(unknown["error"]?["message"]?.stringValue?.contains("no peer in session, trusted or inviting has an ID starting with ZZZZZZZ") == true,
                 "\(unknown)")
         let tooShort = try RawClient(b.socketPath).request("peer.disconnect", ["peer": .string(String(short.prefix(5)))])
         #expect(tooShort["error"]?["message"]?.stringValue?.contains("at least its first 7 characters") == true, "\(tooShort)")
