@@ -147,10 +147,10 @@ struct GattCharacteristic1: Sendable {
     /// `AcquireNotify`: the socket the notifications come on, and the link's MTU.
     func acquireNotify() async throws(BlueZCallError) -> (fd: UnixFD, mtu: Int) {
         let r = try await object.call("AcquireNotify", [.propertyMap([:])], timeout: .seconds(10))
-        guard r.count == 2, case .unixFD(let fd) = r[0], let mtu = r[1].integer, (23...65_535).contains(mtu) else {
+        guard r.count == 2, case .unixFD(let fd) = r[0], let mtu = checkedMTU(r[1]) else {
             throw .badReply("AcquireNotify", r, expected: "hq (an MTU of 23 to 65535)")
         }
-        return (fd, Int(mtu))
+        return (fd, mtu)
     }
 
     /// `StartNotify`: values then come as `Value` changes on the bus.
@@ -163,3 +163,8 @@ struct GattCharacteristic1: Sendable {
         _ = try await object.call("StopNotify", timeout: timeout)
     }
 }
+
+/// An ATT MTU from bluetoothd (a property, a method's argument or reply), checked: 23 to
+/// 65535; another value, or none, is unknown (nil), not a number `mtu - 3` could overflow on
+/// or turn negative.
+func checkedMTU(_ v: DBusValue?) -> Int? { v?.integer.flatMap { (23...65_535).contains($0) ? Int($0) : nil } }

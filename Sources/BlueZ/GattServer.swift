@@ -72,13 +72,7 @@ public final class LocalGattApplication: Sendable {
                 let o = LocalCharacteristic.options(call.arguments[1])
                 // A prepared write asks for authorisation only; the data comes with the execute.
                 if o.prepare { return reply.succeed() }
-                // As a characteristic's: written from the offset on (a long write comes in pieces).
-                let refused = value.withLock { v -> GattError? in
-                    guard o.offset <= v.count else { return .invalidOffset }
-                    guard o.offset + data.count <= gattMaximumValueLength else { return .invalidValueLength }
-                    v = Array(v[..<o.offset]) + data
-                    return nil
-                }
+                let refused = value.withLock { LocalCharacteristic.write(data, into: &$0, at: o.offset, maxLength: gattMaximumValueLength) }
                 if let refused { reply.fail(refused.busError) } else { reply.succeed() }
             },
         ], properties: [PropertySpec("UUID", "s"), PropertySpec("Characteristic", "o"), PropertySpec("Flags", "as"),

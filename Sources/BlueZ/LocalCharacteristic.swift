@@ -194,8 +194,17 @@ public final class LocalCharacteristic: Sendable {
         let m = v.stringKeyedMap ?? [:]
         let device = m["device"]?.objectPath.flatMap { BluetoothAddress(bluezPathElement: $0.lastElement) }
         let offset = m["offset"]?.integer ?? 0
-        let mtu = m["mtu"]?.integer.flatMap { (23...65_535).contains($0) ? Int($0) : nil }
-        return ((0...65_535).contains(offset) ? Int(offset) : .max, device, mtu, m["type"]?.string, m["prepare-authorize"]?.bool ?? false)
+        return ((0...65_535).contains(offset) ? Int(offset) : .max, device, checkedMTU(m["mtu"]), m["type"]?.string, m["prepare-authorize"]?.bool ?? false)
+    }
+
+    /// Writes `data` into `value` from `offset` on (a long write comes in pieces), within
+    /// `maxLength`: nil, or the ATT error for an offset past the end or a value too long.
+    /// Characteristics and descriptors write alike.
+    static func write(_ data: [UInt8], into value: inout [UInt8], at offset: Int, maxLength: Int) -> GattError? {
+        guard offset <= value.count else { return .invalidOffset }
+        guard offset + data.count <= maxLength else { return .invalidValueLength }
+        value = Array(value[..<offset]) + data
+        return nil
     }
 
     var interface: InterfaceSpec {
@@ -288,9 +297,7 @@ public final class LocalCharacteristic: Sendable {
         }
         let type = o.type
         let result = state.withLock { s -> Result<[UInt8], GattError> in
-            guard o.offset <= s.value.count else { return .failure(.invalidOffset) }
-            guard o.offset + data.count <= definition.maxLength else { return .failure(.invalidValueLength) }
-            s.value = Array(s.value[..<o.offset]) + data
+            if let refused = Self.write(data, into: &s.value, at: o.offset, maxLength: definition.maxLength) { return .failure(refused) }
             return .success(s.value)
         }
         switch result {

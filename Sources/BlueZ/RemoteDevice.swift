@@ -187,19 +187,15 @@ public struct RemoteAttribute: Sendable, Hashable {
         includes = p["Includes"]?.arrayElements?.compactMap(\.objectPath) ?? []
         notifying = p["Notifying"]?.bool ?? false
         notifyAcquired = p["NotifyAcquired"]?.bool ?? false
-        mtu = Self.mtu(p["MTU"])
+        mtu = checkedMTU(p["MTU"])
         value = p["Value"]?.byteArray
     }
-
-    /// An ATT MTU from bluetoothd, checked: 23 to 65535 (another value is unknown, not a
-    /// number `mtu - 3` could overflow on or turn negative).
-    static func mtu(_ v: DBusValue?) -> Int? { v?.integer.flatMap { (23...65_535).contains($0) ? Int($0) : nil } }
 
     /// Applies changed properties of the attribute's interface.
     public mutating func apply(_ p: [String: DBusValue]) {
         if let v = p["Notifying"]?.bool { notifying = v }
         if let v = p["NotifyAcquired"]?.bool { notifyAcquired = v }
-        if p["MTU"] != nil { mtu = Self.mtu(p["MTU"]) }
+        if p["MTU"] != nil { mtu = checkedMTU(p["MTU"]) }
         if let v = p["Value"]?.byteArray { value = v }
         if let v = p["Flags"]?.stringArray { flags = v }
     }

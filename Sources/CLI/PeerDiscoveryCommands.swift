@@ -45,8 +45,8 @@ enum PeerDiscoveryCommands {
         abstract: "Browse for peers advertising a type, printing them as they come and go.",
         discussion: """
             Lines: '+ NAME ID addresses A,B info K=V,...' (found, or changed) and '- NAME ID' (lost). \
-            The ID shown is the short form: any command taking a peer accepts it (or more of the \
-            ID). This board itself is not listed. Runs until interrupted or --timeout (exit 0); \
+            The ID shown is the short form: 'peer invite' and 'peer trust' need the whole one \
+            (--json), which the peer's certificate is checked against. This board itself is not listed. Runs until interrupted or --timeout (exit 0); \
             when the browse fails ('! browse failed: ...': avahi-daemon refused it) it exits 1. \
             --json prints the peer.found, peer.lost and peer.browse-failed events.
             """,

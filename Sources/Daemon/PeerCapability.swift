@@ -1,6 +1,7 @@
 import Control
 import DNSSD
 import FoundationEssentials
+import Glibc
 import Logging
 import Peer
 import Session
@@ -49,8 +50,10 @@ final class PeerCapability: DaemonCapability {
             trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
             inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {
-            // A directory the sandbox keeps read-only: say how to open it.
-            let hint = "\(error)".contains("Read-only file system") ? " (under the packaged unit, a directory outside \(context.stateDirectory) needs a drop-in: ReadWritePaths=-\(inboxDirectory); docs/packaging.md)" : ""
+            // An inbox the sandbox keeps read-only: say how to open it.
+            var readOnly = false
+            if case InboxError.io(_, let e as SystemError) = error { readOnly = e.code == EROFS }
+            let hint = readOnly ? " (under the packaged unit, a directory outside \(context.stateDirectory) needs a drop-in: ReadWritePaths=-\(inboxDirectory); docs/packaging.md)" : ""
             throw DaemonError("peer sessions: \(error)\(hint)")
         }
         if inbox.removedParts > 0 {
@@ -102,7 +105,7 @@ final class PeerCapability: DaemonCapability {
             let text = try p.string("address")
             let target: HostPort
             do throws(SystemError) { target = try HostPort(text) } catch { throw .invalidParams("address", error.context ?? "\(error)") }
-            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer", whole: true) }
+            let expected = try p.optionalString("peer").map { t throws(RPCError) in try Self.peerID(t, "peer") }
             let context = try Self.context(p)
             let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
             let s = try await rpc {
@@ -149,7 +152,7 @@ final class PeerCapability: DaemonCapability {
         }
         context.register(ControlMethod.peerTrust) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer", "name"])
-            let peer = try Self.peer(p, "peer", whole: true)
+            let peer = try Self.peer(p, "peer")
             let name = try p.optionalString("name") ?? node.sessions.first { $0.peer == peer }?.displayName ?? ""
             let added = try Self.saving { () throws(TrustStoreError) in try node.setTrusted(peer, name: name, true) }
             var o = Self.json(peer)
@@ -222,7 +225,7 @@ final class PeerCapability: DaemonCapability {
     /// `peer.invite`: dials the addresses a browse found for the peer, in turn, until one answers.
     private static func invite(_ p: RPCParams, _ node: PeerNode, _ discovery: PeerDiscovery) async throws(RPCError) -> JSONValue {
         try p.rejectUnknown(allowed: ["peer", "context_base64", "context", "timeout"])
-        let peer = try Self.peer(p, "peer", whole: true)
+        let peer = try Self.peer(p, "peer")
         let invitation = try Self.context(p, text: "context")
         let timeout = try p.optionalDouble("timeout", in: 1...600) ?? 30
         let targets = discovery.addresses(for: peer)

@@ -53,6 +53,11 @@ final class PeerDiscovery: Sendable {
         var sightings: [Key: Sighting] = [:]
         /// What each browse last reported per peer (so repeats of the same view are not sent).
         var reported: [String: [PeerID: JSONValue]] = [:]
+
+        /// Forgets every instance browse `id` has seen.
+        mutating func forgetSightings(of id: String) {
+            for k in sightings.keys where k.browse == id { sightings[k] = nil }
+        }
     }
 
     init(dnssd: DNSSDCapability, node: PeerNode, logger: Logger) {
@@ -153,7 +158,7 @@ final class PeerDiscovery: Sendable {
     func stopBrowse(_ id: String) async -> Bool {
         let known = state.withLock { s -> Bool in
             s.reported[id] = nil
-            for k in s.sightings.keys where k.browse == id { s.sightings[k] = nil }
+            s.forgetSightings(of: id)
             return s.browses.removeValue(forKey: id) != nil
         }
         if known { await dnssd.stopBrowse(id) }
@@ -191,13 +196,13 @@ final class PeerDiscovery: Sendable {
             remove(Key(browse: id, name: f.name, interface: f.interfaceIndex, proto: f.proto))
         case .browseFailed(let id, let error):
             // Nothing more will be seen: what was seen is reported lost (not kept as if there).
-            update(id) { s in for k in s.sightings.keys where k.browse == id { s.sightings[k] = nil } }
+            update(id) { $0.forgetSightings(of: id) }
             send(id, ControlEvent.peerBrowseFailed, ["error": .string(error)])
         case .browseInterrupted(let id):
             // avahi-daemon went away: nothing is seen until it is back, and then only what is
             // there (a peer that left meanwhile is never removed by the new browser). Lost
             // now; found again as the resumed browse sees them.
-            update(id) { s in for k in s.sightings.keys where k.browse == id { s.sightings[k] = nil } }
+            update(id) { $0.forgetSightings(of: id) }
         case .resolveFailed(let id, let f, let error):
             // A kept resolver fails when the service's records expire (a peer that lost power
             // or left the network without a goodbye): gone, long before the browser's entry

@@ -114,27 +114,42 @@ extension PeerCapability {
         }
     }
 
-    static func peer(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID> = [], whole: Bool = false) throws(RPCError) -> PeerID {
-        let text = try p.string(key)
-        return try peerID(text, key, among: known(), whole: whole)
+    /// `peerID(_:_:)` of parameter `key`.
+    static func peer(_ p: RPCParams, _ key: String) throws(RPCError) -> PeerID {
+        try peerID(try p.string(key), key)
     }
 
-    /// A peer ID: 64 hex digits, or the grouped form `peer.identity` shows; or, for people
-    /// reading lists that show the short form, the start of either (at least the 7
-    /// characters of the short form, dashes aside) when exactly one of `known` (the peers in
-    /// session, trusted or inviting) has an ID that starts so. `whole`: only a whole ID, where
-    /// the ID is what a peer is checked against (`peer.trust`, a dial's expected peer): 35
-    /// bits of a short form can be matched by a certificate made for the purpose.
-    static func peerID(_ text: String, _ key: String, among known: @autoclosure () -> Set<PeerID> = [], whole: Bool = false) throws(RPCError) -> PeerID {
+    /// `peerID(_:_:among:)` of parameter `key`.
+    static func peer(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID>) throws(RPCError) -> PeerID {
+        try peerID(try p.string(key), key, among: known())
+    }
+
+    /// A whole peer ID: 64 hex digits, or the grouped form `peer.identity` shows. Where the
+    /// ID is what a peer is checked against (`peer.trust`, a dial's expected peer): 35 bits of
+    /// a short form can be matched by a certificate made for the purpose.
+    static func peerID(_ text: String, _ key: String) throws(RPCError) -> PeerID {
+        do throws(PeerID.ParseError) {
+            return try wholePeerID(text)
+        } catch {
+            throw .invalidParams(key, "expected a whole peer ID (64 hex digits, or the grouped form peer.identity shows; here the ID is what the peer is checked against, so a part of it is not taken): \(error)")
+        }
+    }
+
+    private static func wholePeerID(_ text: String) throws(PeerID.ParseError) -> PeerID {
         if let id = PeerID(hex: text) { return id }
+        return try PeerID(parsing: text)
+    }
+
+    /// A peer ID (`peerID(_:_:)`) or, for people reading lists that show the short form, the
+    /// start of either form (at least the 7 characters of the short form, dashes aside) when
+    /// exactly one of `known` (the peers in session, trusted or inviting) has an ID that
+    /// starts so.
+    static func peerID(_ text: String, _ key: String, among known: @autoclosure () -> Set<PeerID>) throws(RPCError) -> PeerID {
         let parseError: String
-        do {
-            return try PeerID(parsing: text)
+        do throws(PeerID.ParseError) {
+            return try wholePeerID(text)
         } catch {
             parseError = "\(error)"
-        }
-        if whole {
-            throw .invalidParams(key, "expected a whole peer ID (64 hex digits, or the grouped form peer.identity shows; here the ID is what the peer is checked against, so a part of it is not taken): \(parseError)")
         }
         let start = text.uppercased().filter { $0 != "-" }
         guard start.count >= 7, start.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {

@@ -87,7 +87,7 @@ extension PeerCapability {
     }
 
     /// `to`: `"all"` (or absent: every session) or a list of peer IDs.
-    static func peers(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID> = []) throws(RPCError) -> [PeerID] {
+    static func peers(_ p: RPCParams, _ key: String, among known: @autoclosure () -> Set<PeerID>) throws(RPCError) -> [PeerID] {
         var peers: [PeerID] = []
         if case .string(let s)? = p[key] {
             guard s == "all" else { throw .invalidParams(key, "expected \"all\" or a list of peer IDs, got \"\(s)\"") }

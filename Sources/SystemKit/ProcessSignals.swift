@@ -21,13 +21,11 @@ public enum ProcessSignals {
     /// a stream copied), which a script must not take for a success.
     public static func exitFailingOnInterrupt(removing path: String? = nil) {
         pathToRemove = path.map { strdup($0) }
-        _ = signal(SIGINT) { sig in
-            if let p = ProcessSignals.pathToRemove { unlink(p) }
-            _exit(128 + sig)
-        }
-        _ = signal(SIGTERM) { sig in
-            if let p = ProcessSignals.pathToRemove { unlink(p) }
-            _exit(128 + sig)
+        for sig in [SIGINT, SIGTERM] {
+            _ = signal(sig) { sig in
+                if let p = ProcessSignals.pathToRemove { unlink(p) }
+                _exit(128 + sig)
+            }
         }
     }
 
