@@ -56,6 +56,7 @@ final class PeerCapability: DaemonCapability {
             let hint = readOnly ? " (under the packaged unit, a directory outside \(context.stateDirectory) needs a drop-in: ReadWritePaths=-\(inboxDirectory); docs/packaging.md)" : ""
             throw DaemonError("peer sessions: \(error)\(hint)")
         }
+        for w in trust.loadWarnings { logger.warning("trusted peers: an entry passed over", ["reason": w]) }
         if inbox.removedParts > 0 {
             logger.notice("removed transfer parts nobody resumed in time",
                           ["parts": "\(inbox.removedParts)", "kept.days": "\(Inbox.partRetention.components.seconds / 86_400)",

@@ -31,11 +31,17 @@ public final class TrustStore: Sendable {
     /// The file (nil: in memory only).
     public let path: String?
     private let entries: Mutex<[PeerID: Entry]>
+    /// What the load passed over, each naming the file and the entry: an `address` that is
+    /// not HOST:PORT (only where to dial the peer after a restart: the trust is kept, the
+    /// peer dials, or its next session gives the address again).
+    public let loadWarnings: [String]
 
-    /// Loads `path` (a missing file is an empty store; a corrupt one is an error naming it).
+    /// Loads `path` (a missing file is an empty store; a corrupt one is an error naming it:
+    /// a trust is never guessed).
     public init(path: String?) throws {
         self.path = path
         var loaded: [PeerID: Entry] = [:]
+        var warnings: [String] = []
         if let path, let bytes = try AtomicFile.readIfPresent(path, maximumSize: 4 << 20) {
             let file: StoredFile
             do { file = try JSONDecoder().decode(StoredFile.self, from: Data(bytes)) } catch {
@@ -48,13 +54,14 @@ public final class TrustStore: Sendable {
                 var address: HostPort?
                 if let text = p.address {
                     do { address = try HostPort(text) } catch {
-                        throw SystemError(call: "read", code: EINVAL, context: "\(path): peers[\(i)].address is not HOST:PORT: \(error)")
+                        warnings.append("\(path): peers[\(i)].address is not HOST:PORT (\(error)): passed over, the peer stays trusted")
                     }
                 }
                 loaded[id] = Entry(peer: id, name: p.name ?? "", since: p.since ?? 0, address: address, resume: p.resume ?? false)
             }
         }
         entries = Mutex(loaded)
+        loadWarnings = warnings
     }
 
     /// Whether `peer` is trusted.

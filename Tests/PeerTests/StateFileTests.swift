@@ -84,7 +84,6 @@ import Testing
         ("not json", "not a trust store"),
         ("{\"peers\": {}}", "not a trust store"),
         ("{\"peers\": [{\"id\": \"\(idA)\"}, {\"id\": \"abc\"}]}", "peers[1].id is not 64 hex digits"),
-        ("{\"peers\": [{\"id\": \"\(idA)\", \"address\": \"host-without-port\"}]}", "peers[0].address is not HOST:PORT"),
     ])
     func aBadTrustStoreIsAnErrorNamingIt(text: String, words: String) throws {
         let dir = try Directory()
@@ -96,6 +95,21 @@ import Testing
         } catch {
             #expect("\(error)".contains(path) && "\(error)".contains(words), "\(error)")
         }
+    }
+
+    /// An address that is not HOST:PORT (only where to dial after a restart) is passed over
+    /// with a warning naming the file and entry; the trust is kept, and the next save drops it.
+    @Test func aBadAddressIsPassedOverWithAWarning() throws {
+        let dir = try Directory()
+        let path = dir.path + "/trusted-peers.json"
+        try Self.write("{\"peers\": [{\"id\": \"\(Self.idA)\", \"address\": \"host-without-port\", \"resume\": true}]}", path)
+        let store = try TrustStore(path: path)
+        let a = try #require(PeerID(hex: Self.idA))
+        #expect(store.isTrusted(a) && store.all.map(\.address) == [nil] && store.all.map(\.resume) == [true])
+        #expect(store.loadWarnings.count == 1)
+        #expect(store.loadWarnings.allSatisfy { $0.contains(path) && $0.contains("peers[0].address is not HOST:PORT") }, "\(store.loadWarnings)")
+        #expect(try store.sessionUp(a, reachedAt: HostPort("10.0.0.2:7001")))
+        #expect(try TrustStore(path: path).loadWarnings.isEmpty, "saved again with a good address")
     }
 
     /// A change that cannot be saved (a full or read-only disk in the lab scenario
