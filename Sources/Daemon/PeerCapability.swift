@@ -39,7 +39,6 @@ final class PeerCapability: DaemonCapability {
         let identity: TLSIdentity
         let trust: TrustStore
         let (inboxDirectory, limits) = try Self.inboxSettings(context.settings, stateDirectory: context.stateDirectory)
-        let inbox: Inbox
         do {
             // Identity, trusted peers and the outgoing journal: what a `kill -9` mid-write left.
             AtomicFile.removeAbandonedTemporaries(in: directory)
@@ -48,16 +47,28 @@ final class PeerCapability: DaemonCapability {
             // inbox below it.
             AtomicFile.widenOwnDirectory(directory, from: 0o700, to: 0o750)
             trust = try TrustStore(path: AtomicFile.join(directory, "trusted-peers.json"))
-            inbox = try Inbox(directory: inboxDirectory, limits: limits)
         } catch {
-            // An inbox the sandbox keeps read-only: say how to open it.
+            throw DaemonError("peer sessions: \(error)")
+        }
+        for w in trust.loadWarnings { logger.warning("trusted peers: an entry passed over", ["reason": w]) }
+        // An inbox that cannot be made (a card not mounted, a directory the sandbox keeps
+        // read-only) costs the resources from peers, not the daemon: BLE, DNS-SD, sessions,
+        // messages and sending go on; offers are declined, `peer.inbox` says why.
+        let inbox: Inbox?
+        let inboxProblem: String?
+        do {
+            inbox = try Inbox(directory: inboxDirectory, limits: limits)
+            inboxProblem = nil
+        } catch {
             var readOnly = false
             if case InboxError.io(_, let e as SystemError) = error { readOnly = e.code == EROFS }
             let hint = readOnly ? " (under the packaged unit, a directory outside \(context.stateDirectory) needs a drop-in: ReadWritePaths=-\(inboxDirectory); docs/packaging.md)" : ""
-            throw DaemonError("peer sessions: \(error)\(hint)")
+            inbox = nil
+            inboxProblem = "\(error)\(hint)"
+            logger.error("peer sessions take no resources until the inbox can be made and the daemon restarted",
+                         ["error": "\(error)\(hint)"])
         }
-        for w in trust.loadWarnings { logger.warning("trusted peers: an entry passed over", ["reason": w]) }
-        if inbox.removedParts > 0 {
+        if let inbox, inbox.removedParts > 0 {
             logger.notice("removed transfer parts nobody resumed in time",
                           ["parts": "\(inbox.removedParts)", "kept.days": "\(Inbox.partRetention.components.seconds / 86_400)",
                            "inbox": inbox.partDirectory])
@@ -143,7 +154,7 @@ final class PeerCapability: DaemonCapability {
             return ["sent_to": .array(sent.map { .string($0.hex) }), "bytes": .int(Int64(data.count))]
         }
         registerMessageStream(context, node: node)
-        registerResources(context, node: node, inbox: inbox)
+        registerResources(context, node: node, inbox: inbox, inboxProblem: inboxProblem)
         registerByteStreams(context, node: node)
         context.register(ControlMethod.peerDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["peer"])

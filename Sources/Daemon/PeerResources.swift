@@ -9,7 +9,7 @@ import SystemKit
 /// `peer.send-resource`, `peer.cancel`, `peer.accept-resource`, `peer.decline-resource`,
 /// `peer.transfers` and `peer.inbox`, and the `peer.resource-*` events.
 extension PeerCapability {
-    func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox) {
+    func registerResources(_ context: DaemonContext, node: PeerNode, inbox: Inbox?, inboxProblem: String?) {
         context.register(ControlMethod.peerSendResource) { p, request throws(RPCError) in
             try p.rejectUnknown(allowed: ["path", "descriptor", "size", "name", "media_type", "to", "image"])
             // A descriptor passed with the request's line (SCM_RIGHTS); one it does not take is
@@ -80,6 +80,10 @@ extension PeerCapability {
         }
         context.register(ControlMethod.peerInbox) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: [])
+            guard let inbox else {
+                throw RPCError(code: RPCErrorCode.invalidState, message: "no inbox: \(inboxProblem ?? "none configured") (offers from peers are declined until the daemon restarts with one)",
+                               data: ["kind": "no-inbox"])
+            }
             let names: [String]
             do throws(InboxError) { names = try inbox.files() } catch { throw .internalError(error.description) }
             return ["directory": .string(inbox.directory), "files": .array(names.sorted().map { Self.inboxEntry(inbox, $0) })]

@@ -276,6 +276,39 @@ import Glibc
         #expect(tooShort["error"]?["message"]?.stringValue?.contains("at least its first 7 characters") == true, "\(tooShort)")
     }
 
+    /// An inbox that cannot be made (here its path runs through a regular file; on a board, a
+    /// card not mounted or a directory the sandbox keeps read-only) costs the resources, not
+    /// the daemon: it starts, sessions and messages work, `peer.inbox` says why there is no
+    /// inbox, and a peer's offer is declined with the reason, the session kept.
+    @Test func anInboxThatCannotBeMadeCostsOnlyTheResources() async throws {
+        let blocker = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-noinbox-\(UUID().uuidString.prefix(8))").path
+        try Data("a file, not a directory".utf8).write(to: URL(fileURLWithPath: blocker))
+        defer { try? FileManager.default.removeItem(atPath: blocker) }
+        let bus = try PrivateBus()
+        let a = try await Self.daemon(bus, name: "no-inbox", accept: "all", more: "peer.accept_resources = all\npeer.inbox_dir = \(blocker)/inbox")
+        defer { a.stop() }
+        let b = try await Self.daemon(bus, name: "sender", accept: "all")
+        defer { b.stop() }
+        let noInbox = try RawClient(a.socketPath).request("peer.inbox")
+        #expect(noInbox["error"]?["code"]?.intValue == Int64(RPCErrorCode.invalidState) && noInbox["error"]?["data"]?["kind"] == "no-inbox", "\(noInbox)")
+        #expect(noInbox["error"]?["message"]?.stringValue?.contains(blocker + "/inbox") == true, "names the inbox: \(noInbox)")
+
+        let port = try #require(try a.call("peer.identity")["port"]?.intValue)
+        let aWatch = try RawClient(a.socketPath)
+        _ = try aWatch.call("events.subscribe", ["topics": ["peer.message", "peer.resource-ended"]])
+        let bWatch = try RawClient(b.socketPath)
+        _ = try bWatch.call("events.subscribe", ["topics": ["peer.resource-ended"]])
+        _ = try RawClient(b.socketPath).call("peer.connect", ["address": .string("127.0.0.1:\(port)")])
+        let path = b.directory + "/photo.bin"
+        try Data(count: 1000).write(to: URL(fileURLWithPath: path))
+        _ = try b.call("peer.send-resource", ["path": .string(path), "to": "all"])
+        #expect(try bWatch.nextEvent("peer.resource-ended")["data"]?["reason"] == "declined")
+        let declined = try aWatch.nextEvent("peer.resource-ended")["data"]
+        #expect(declined?["reason"] == "declined" && declined?["detail"]?.stringValue?.contains("no inbox") == true, "\(String(describing: declined))")
+        _ = try b.call("peer.send", ["to": "all", "data_base64": "aGk="])
+        #expect(try aWatch.nextEvent("peer.message")["data"]?["data_base64"] == "aGk=", "the session goes on")
+    }
+
     /// `peer.send-resource` between two daemons: the file arrives in the receiver's inbox
     /// (its `inbox_dir`), reported on both sides; `peer.inbox` lists it; a missing file is an
     /// error naming it.
