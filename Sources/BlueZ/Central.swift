@@ -44,6 +44,8 @@ public actor Central {
     var lastAttributeChange: [ObjectPath: ContinuousClock.Instant] = [:]
 
     var sources: [ObjectPath: NotifySource] = [:]
+    /// Sources whose AcquireNotify or StartNotify is under way (later subscribers wait for it).
+    var settingUp: [ObjectPath: Task<NotifySource, any Error>] = [:]
     var subscriptions: [String: Subscription] = [:]
     var nextSubscription = 1
 

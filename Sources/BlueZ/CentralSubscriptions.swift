@@ -17,30 +17,8 @@ extension Central {
         let key = DeviceKey(adapter: a.address, device: address)
         let id = "sub-\(nextSubscription)"
         nextSubscription += 1
-        if sources[c.path] == nil {
-            let source = NotifySource(key: key, uuid: uuid, onEvent: onEvent)
-            if !indicate, c.flags.contains("notify") {
-                do {
-                    let (fd, mtu) = try await GattCharacteristic1(s.connection, c.path).acquireNotify()
-                    let mine = try fd.duplicate()
-                    source.startReading(fd: mine, mtu: mtu) { [weak self] why in
-                        Task { await self?.sourceClosed(c.path, why) }
-                    }
-                } catch {
-                    logger.info("AcquireNotify refused, using StartNotify", ["characteristic": uuid.uuidString, "error": "\(error)"])
-                }
-            }
-            if !source.acquired {
-                do {
-                    try await GattCharacteristic1(s.connection, c.path).startNotify(timeout: .seconds(10))
-                } catch {
-                    throw Self.gattFailure(error, "subscribing to \(uuid.uuidString) of \(address)", timeout: .seconds(10))
-                }
-                source.mtu = c.mtu
-            }
-            sources[c.path] = source
-        }
-        let source = sources[c.path]!
+        let source = try await notifySource(c.path, key: key, uuid: uuid, flags: c.flags, mtu: c.mtu, indicate: indicate,
+                                            address: address, connection: s.connection)
         var writer: Channel?
         var theirs: Int32?
         if stream {
@@ -62,6 +40,59 @@ extension Central {
         logger.info("subscribed", ["subscription": id, "device": address.description, "characteristic": uuid.uuidString, "via": source.via,
                                    "stream": "\(stream)"])
         return SubscriptionInfo(id: id, owner: owner, key: key, characteristic: uuid, via: source.via, mtu: source.mtu, streamFD: theirs)
+    }
+
+    /// The characteristic's source, set up once however many subscribe at the same time: a
+    /// second subscribe while the first one's AcquireNotify or StartNotify is under way waits
+    /// for it (its own AcquireNotify was refused "Notify acquired", or its StartNotify answered
+    /// at once and the first one's source then replaced its own, which got no value again).
+    private func notifySource(_ path: ObjectPath, key: DeviceKey, uuid: BluetoothUUID, flags: [String], mtu: Int?, indicate: Bool,
+                              address: BluetoothAddress, connection: BusConnection) async throws(CentralError) -> NotifySource {
+        if let existing = sources[path] { return existing }
+        let setup: Task<NotifySource, any Error>
+        if let pending = settingUp[path] {
+            setup = pending
+        } else {
+            setup = Task { try await self.startSource(path, key: key, uuid: uuid, flags: flags, mtu: mtu, indicate: indicate,
+                                                      address: address, connection: connection) }
+            settingUp[path] = setup
+        }
+        let result = await setup.result
+        if settingUp[path] == setup { settingUp[path] = nil }
+        switch result {
+        case .success(let source):
+            // Stored by whichever waiter resumes first (the actor lets either go first).
+            if sources[path] == nil { sources[path] = source }
+            return sources[path] ?? source
+        case .failure(let e as CentralError): throw e
+        case .failure(let e): throw .invalidState("subscribing to \(uuid.uuidString) of \(address): \(e)")
+        }
+    }
+
+    /// AcquireNotify (for notifications), else StartNotify: a new source for `path`.
+    private func startSource(_ path: ObjectPath, key: DeviceKey, uuid: BluetoothUUID, flags: [String], mtu: Int?, indicate: Bool,
+                             address: BluetoothAddress, connection: BusConnection) async throws(CentralError) -> NotifySource {
+        let source = NotifySource(key: key, uuid: uuid, onEvent: onEvent)
+        if !indicate, flags.contains("notify") {
+            do {
+                let (fd, mtu) = try await GattCharacteristic1(connection, path).acquireNotify()
+                let mine = try fd.duplicate()
+                source.startReading(fd: mine, mtu: mtu) { [weak self] why in
+                    Task { await self?.sourceClosed(path, why) }
+                }
+            } catch {
+                logger.info("AcquireNotify refused, using StartNotify", ["characteristic": uuid.uuidString, "error": "\(error)"])
+            }
+        }
+        if !source.acquired {
+            do {
+                try await GattCharacteristic1(connection, path).startNotify(timeout: .seconds(10))
+            } catch {
+                throw Self.gattFailure(error, "subscribing to \(uuid.uuidString) of \(address)", timeout: .seconds(10))
+            }
+            source.mtu = mtu
+        }
+        return source
     }
 
     /// Ends a subscription; false when there is none with that id.

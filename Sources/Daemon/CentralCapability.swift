@@ -24,6 +24,8 @@ final class CentralCapability: DaemonCapability {
             let (filter, timeout) = try Self.scan(p)
             let sel = try adapter(p)
             let (id, a) = try await rpc { try await c.startScan(owner: req.clientID, adapter: sel, filter: filter, timeout: timeout) }
+            // A client gone while the scan started (its close found nothing to end): now.
+            req.onConnectionClose { Task { await c.stopScan(id, reason: "client-gone") } }
             return ["scan": .string(id), "adapter": .string(a.name), "address": .string(a.address.description)]
         }
         ctx.register(ControlMethod.centralScanStop) { p, req throws(RPCError) in
@@ -97,6 +99,9 @@ final class CentralCapability: DaemonCapability {
                 try await c.subscribe(owner: req.clientID, adapter: sel, address: address, characteristic: uuid, service: service,
                                       indicate: how.indicate, batch: how.batch, stream: how.stream)
             }
+            // A client gone while the subscription was set up (AcquireNotify, StartNotify: up to
+            // 30 s; its close found nothing to end) would leave it on for ever: ended now.
+            req.onConnectionClose { Task { await c.unsubscribe(s.id, reason: "client-gone") } }
             if let fd = s.streamFD { req.passWithReply(fd) }
             return ["subscription": .string(s.id), "device": .string(address.description), "characteristic": .string(uuid.uuidString),
                     "via": .string(s.via), "mtu": BLEJSON.int(s.mtu), "fd": .bool(s.streamFD != nil)]

@@ -20,6 +20,9 @@ final class FakeCentralBlueZ: Sendable {
         var notifyEnd: Int32 = -1
         /// When set, ReadValue answers this error (as bluetoothd does for a failed ATT read).
         var readFailure: BusError?
+        /// When set, AcquireNotify's answer waits for `releaseAcquireNotify` (a slow device).
+        var holdAcquire = false
+        var heldAcquire: [@Sendable () -> Void] = []
     }
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
@@ -133,13 +136,20 @@ final class FakeCentralBlueZ: Sendable {
             },
             MethodSpec("AcquireNotify", inputs: [("options", "a{sv}")], outputs: [("fd", "h"), ("mtu", "q")]) { _, reply in
                 record("AcquireNotify")
-                var fds: [Int32] = [0, 0]
-                guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0 else {
-                    return reply.fail(BusError(name: BusError.failed, message: "socketpair"))
+                // bluetoothd refuses a second AcquireNotify while the first is under way.
+                let (acquired, held) = box.state.withLock { (!$0.heldAcquire.isEmpty, $0.holdAcquire) }
+                if acquired { return reply.fail(BusError(name: "org.bluez.Error.NotPermitted", message: "Notify acquired")) }
+                let answer: @Sendable () -> Void = {
+                    var fds: [Int32] = [0, 0]
+                    guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0 else {
+                        return reply.fail(BusError(name: BusError.failed, message: "socketpair"))
+                    }
+                    box.state.withLock { $0.notifyEnd = fds[0] }
+                    reply.succeed([.unixFD(UnixFD(taking: fds[1])), .uint16(247)])
                 }
-                box.state.withLock { $0.notifyEnd = fds[0] }
-                reply.succeed([.unixFD(UnixFD(taking: fds[1])), .uint16(247)])
+                if held { box.state.withLock { $0.heldAcquire.append(answer) } } else { answer() }
             },
+
         ], properties: [
             PropertySpec("UUID", "s"), PropertySpec("Service", "o"), PropertySpec("Flags", "as"), PropertySpec("MTU", "q"),
         ])], values: ["org.bluez.GattCharacteristic1": ["UUID": .string("00002a37-0000-1000-8000-00805f9b34fb"), "Service": .objectPath(svc),
@@ -168,6 +178,31 @@ final class FakeCentralBlueZ: Sendable {
         let fd = box.state.withLock { $0.notifyEnd }
         try #require(fd >= 0, "AcquireNotify was not called")
         #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
+    }
+
+    /// Holds AcquireNotify's answers from now on (until `releaseAcquireNotify`).
+    func holdAcquireNotify() { box.state.withLock { $0.holdAcquire = true } }
+
+    /// Answers the held AcquireNotify calls, once one was made (waits up to 10 s for it).
+    func releaseAcquireNotify() throws {
+        let deadline = Date().addingTimeInterval(10)
+        while box.state.withLock({ $0.heldAcquire.isEmpty }) && Date() < deadline { usleep(10_000) }
+        let held = box.state.withLock { s -> [@Sendable () -> Void] in
+            s.holdAcquire = false
+            defer { s.heldAcquire = [] }
+            return s.heldAcquire
+        }
+        try #require(!held.isEmpty, "no AcquireNotify came")
+        for answer in held { answer() }
+    }
+
+    /// Whether the daemon closed its end of the notification socket (it let go).
+    func notifySocketClosedByDaemon(within seconds: Double = 10) -> Bool {
+        let fd = box.state.withLock { $0.notifyEnd }
+        guard fd >= 0 else { return false }
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&p, 1, Int32(seconds * 1000)) == 1 else { return false }
+        return p.revents & Int16(POLLHUP) != 0
     }
 
     /// Closes the fake's end: the subscription ends as when the link goes.
@@ -387,6 +422,58 @@ final class FakeCentralBlueZ: Sendable {
         _ = try h.call("central.disconnect", ["address": "00:AA:01:09:00:03"])
         let d = try watcher.nextEvent("central.disconnected")
         #expect(d["data"]?["reason"] == "local" && d["data"]?["will_reconnect"] == false)
+    }
+
+    /// Two clients subscribing to one characteristic while its AcquireNotify is under way
+    /// (a slow device): one AcquireNotify, both subscribed, both get every value. Before, the
+    /// second's own AcquireNotify was refused "Notify acquired" (bluetoothd holds it from the
+    /// call on) and it failed.
+    @Test func twoSubscribesAtOnceShareOneAcquireNotify() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.addDevice("00:AA:01:09:00:07", name: "heart", uuids: [Self.hr], rssi: -50)
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:07", "timeout": 20])
+        fake.holdAcquireNotify()
+        let a = try RawClient(h.socketPath), b = try RawClient(h.socketPath)
+        let params: [String: JSONValue] = ["address": "00:AA:01:09:00:07", "characteristic": "2a37"]
+        try a.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.subscribe\",\"params\":\(String(decoding: JSONValue.object(params).encoded(), as: UTF8.self))}\n")
+        try b.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.subscribe\",\"params\":\(String(decoding: JSONValue.object(params).encoded(), as: UTF8.self))}\n")
+        // Both requests are in the daemon before the answer comes (the second one's reply,
+        // an error before the fix, would otherwise race the release).
+        try await Task.sleep(for: .milliseconds(300))
+        try fake.releaseAcquireNotify()
+        for c in [a, b] {
+            let reply = try #require(try c.readJSON())
+            #expect(reply["result"]?["via"] == "acquire-notify", "\(reply)")
+        }
+        #expect(fake.calls.filter { $0 == "AcquireNotify" }.count == 1, "\(fake.calls)")
+        for c in [a, b] { _ = try c.call("events.subscribe", ["topics": ["central.notification"]]) }
+        try fake.notify(Array("both".utf8))
+        for c in [a, b] { #expect(try c.nextEvent("central.notification")["data"]?["value"] == "both") }
+    }
+
+    /// A client the daemon drops while its subscription is being set up (here: it began a
+    /// line and did not finish it within `request_timeout`; also a client not reading its
+    /// events): once set up, the subscription ends and the daemon lets go of the
+    /// notifications. Before, the close found nothing to end, and it stayed on for ever.
+    @Test func aSubscriptionWhoseClientWasDroppedDuringItsSetUpEnds() async throws {
+        let bus = try PrivateBus()
+        let fake = try await FakeCentralBlueZ(busAddress: bus.address)
+        let h = try await DaemonHarness(busAddress: bus.address, requestTimeout: 0.5)
+        defer { h.stop(); _ = bus }
+        _ = try await h.waitForStatus { $0["adapters"]?.arrayValue?.count == 1 }
+        fake.addDevice("00:AA:01:09:00:08", name: "heart", uuids: [Self.hr], rssi: -50)
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:08", "timeout": 20])
+        fake.holdAcquireNotify()
+        let leaving = try RawClient(h.socketPath)
+        let params: [String: JSONValue] = ["address": "00:AA:01:09:00:08", "characteristic": "2a37"]
+        try leaving.send("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"central.subscribe\",\"params\":\(String(decoding: JSONValue.object(params).encoded(), as: UTF8.self))}\n{")
+        let dropped = try #require(try leaving.readJSON())
+        #expect(dropped["error"]?["message"]?.stringValue?.contains("no end of line") == true, "\(dropped)")
+        _ = try await h.waitForStatus { $0["clients"] == 1 }  // only the asking one: it was dropped
+        try fake.releaseAcquireNotify()
+        #expect(fake.notifySocketClosedByDaemon(), "the daemon let go of the notifications")
+        #expect(try h.call("central.status")["subscriptions"] == [])
     }
 
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
