@@ -5,7 +5,8 @@ import DBus
 public enum CentralEvent: Sendable {
     /// A scan saw a device that passes its filter (first sighting, or every one with duplicates).
     case discovered(scan: String, owner: UInt64, adapter: AdapterInfo, device: RemoteDevice)
-    /// A scan ended: `reason` is `timeout`, `stopped`, `client-gone` or `adapter-gone`.
+    /// A scan ended: `reason` is `timeout`, `stopped` or `client-gone` (a removed adapter
+    /// does not end it: it resumes on the adapter's return).
     case scanEnded(scan: String, owner: UInt64, reason: String)
     /// Discovery was started again for a scan (after bluetoothd or the adapter came back).
     case scanResumed(scan: String, owner: UInt64, adapter: AdapterInfo)

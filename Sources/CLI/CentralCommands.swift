@@ -33,9 +33,11 @@ enum CentralCommands {
         return p
     }
 
-    /// A value as UTF-8 text when it is printable, else as hex.
+    /// A value as UTF-8 text when it is printable, else as hex. Text a device sent with a
+    /// line break or a terminal control (C1, bidi overrides) in it is quoted and escaped: one
+    /// line per value, and nothing a device sends rewrites the terminal.
     static func valueText(_ r: JSONValue) -> String {
-        if let s = r["value"]?.stringValue { return s }
+        if let s = r["value"]?.stringValue { return Rendering.text(s) }
         return "0x" + (r["value_hex"]?.stringValue ?? "")
     }
 
@@ -59,7 +61,7 @@ enum CentralCommands {
             .value("manufacturer", valueName: "id", parser: .nonEmptyString, help: "Only devices with manufacturer data of this company id (decimal or 0x hex)."),
             .flag("duplicates", help: "Report every advertisement, not only the first of each device."),
             .value("count", valueName: "n", parser: .count, help: "Stop after n devices (or reports, with --duplicates)."),
-            .value("timeout", key: "scan-timeout", valueName: "seconds", parser: .seconds, help: "Stop after this many seconds."),
+            .value("timeout", key: "scan-timeout", valueName: "seconds", parser: .seconds(in: 0.1...86_400), help: "Stop after this many seconds."),
         ],
         action: .custom(runScan))
 
@@ -198,7 +200,7 @@ enum CentralCommands {
             """,
         options: [
             adapterOption,
-            .value("timeout", key: "connect-timeout", valueName: "seconds", parser: .seconds, help: "Give up after this many seconds (default 30)."),
+            .value("timeout", key: "connect-timeout", valueName: "seconds", parser: .seconds(in: 0.5...600), help: "Give up after this many seconds (default 30)."),
             .flag("keep", help: "Keep the device connected: reconnect with backoff when the link drops."),
             .value("address-type", valueName: "public|random", parser: .choice(["public", "random"]), help: "For an address BlueZ has not seen (default public)."),
         ],
@@ -361,7 +363,7 @@ enum CentralCommands {
 
     static let pair = CLICommand(
         ["pair"], abstract: "Pair with a device (the daemon's agent answers per its policy).",
-        options: [adapterOption, .value("timeout", key: "pair-timeout", valueName: "seconds", parser: .seconds, help: "Give up after this many seconds (default 60).")],
+        options: [adapterOption, .value("timeout", key: "pair-timeout", valueName: "seconds", parser: .seconds(in: 1...600), help: "Give up after this many seconds (default 60).")],
         arguments: [address],
         action: .call(request: { v throws(CLIError) in
             var p = params(v)

@@ -36,6 +36,10 @@ import Testing
         (["read", Self.dev, "xyz"], "'xyz' for '<characteristic>'"),
         (["connect", Self.dev, "--address-type", "other"], "'other'"),
         (["scan", "--service", "12345"], "'12345'"),
+        // The daemon's ranges, refused before asking it (exit 2, not 1).
+        (["connect", Self.dev, "--timeout", "900"], "must be between 0.5 and 600 seconds"),
+        (["pair", Self.dev, "--timeout", "0.5"], "must be between 1 and 600 seconds"),
+        (["scan", "--timeout", "0.05"], "must be between 0.1 and 86400 seconds"),
     ])
     func badValuesAreUsageErrors(args: [String], words: String) {
         let run = peerlink(args)
@@ -101,7 +105,8 @@ import Testing
                                                             "via": "acquire-notify", "mtu": 247])
             try c.event("central.notification", ["subscription": "sub-1", "seq": 1, "value": "Kenshin --1", "value_hex": "00"])
             try c.event("central.notification", ["subscription": "sub-1", "seq": 2, "value_hex": "00ff"])
-            try c.event("central.subscription.ended", ["subscription": "sub-1", "reason": "disconnected (remote)", "count": 2])
+            try c.event("central.notification", ["subscription": "sub-1", "seq": 3, "value": "12\n34\u{9B}2J", "value_hex": "31320a3334c29b324a"])
+            try c.event("central.subscription.ended", ["subscription": "sub-1", "reason": "disconnected (remote)", "count": 3])
             let d = try c.expect("central.disconnect")
             #expect(d.params.values == ["address": .string(Self.dev)])
             try c.reply(d, ["address": .string(Self.dev), "was_connected": false])
@@ -109,7 +114,7 @@ import Testing
         }
         let run = peerlink(["subscribe", Self.dev, "2a37", "--disconnect"], daemon: daemon)
         #expect(run.code == 0, "\(run.err)")
-        #expect(run.out == "Kenshin --1\n0x00ff\n")
+        #expect(run.out == "Kenshin --1\n0x00ff\n\"12\\n34\\u009b2J\"\n", "a device's line break and CSI shown escaped, one line a value")
         #expect(run.err.contains("via acquire-notify, MTU 247") && run.err.contains("subscription ended: disconnected (remote)"))
     }
 
