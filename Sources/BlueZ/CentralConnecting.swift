@@ -39,7 +39,12 @@ extension Central {
     /// One connect: with the adapter's gate held (discovery paused), attempts as the
     /// `Connector` says until the services are resolved or it gives up; then waits for the
     /// GATT tree to settle and reports `connected`.
-    func connectOnce(_ a: AdapterInfo, address: BluetoothAddress, addressType: String?, timeout: Duration) async throws(CentralError) -> RemoteDevice {
+    ///
+    /// `whileKept`: a reconnect of a kept device, given up (its attempt cancelled, the link
+    /// dropped) once `disconnect` or `forget` stops keeping it: they do not wait for it, and
+    /// it came back connected after they answered.
+    func connectOnce(_ a: AdapterInfo, address: BluetoothAddress, addressType: String?, timeout: Duration,
+                     whileKept: Bool = false) async throws(CentralError) -> RemoteDevice {
         let key = DeviceKey(adapter: a.address, device: address)
         if let d = table.device(address, adapter: a.path), d.connected, d.servicesResolved { return d }
         let s = try requireSession()
@@ -53,6 +58,9 @@ extension Central {
         try await exclusive(a.address) { () async throws(CentralError) -> Void in
             var connector = Connector(deadline: .now + timeout)
             while true {
+                if whileKept, kept[key] == nil {
+                    try await abandonReconnect(key, s)
+                }
                 switch connector.next(link: link(address, adapterPath), now: .now) {
                 case .done:
                     return
@@ -89,6 +97,7 @@ extension Central {
         }
         guard var d = table.device(address, adapter: a.path) else { throw .invalidState("\(address) went away just after connecting") }
         await settle(d.path)
+        if whileKept, kept[key] == nil { try await abandonReconnect(key, s) }
         if table.children(of: d.path, .service).isEmpty {
             await resync()
         }
@@ -200,6 +209,17 @@ extension Central {
             try? await Task.sleep(for: .milliseconds(100))
         }
     }
+    /// A reconnect whose device is no longer kept: BlueZ's attempt cancelled (or the link that
+    /// came up dropped), and the reconnect ends.
+    private func abandonReconnect(_ key: DeviceKey, _ s: (connection: BusConnection, bluez: BlueZClient)) async throws(CentralError) -> Never {
+        if let d = table.device(key.device, adapter: adapterInfo(key.adapter)?.path ?? BlueZNames.root) {
+            if d.connected { localDisconnects.insert(key) }
+            try? await Device1(s.connection, d.path).disconnect(timeout: .seconds(5))
+        }
+        logger.info("reconnect given up: the device is no longer kept", ["device": key.device.description])
+        throw .invalidState("\(key.device) is no longer kept connected")
+    }
+
     /// Disconnects (and stops keeping) a device.
     public func disconnect(adapter selector: AdapterSelector?, address: BluetoothAddress) async throws(CentralError) -> Bool {
         let s = try requireSession()
@@ -268,7 +288,7 @@ extension Central {
         kept[key]?.task = nil
         guard let a = adapterInfo(key.adapter), a.powered else { return }  // restarted when the adapter is back
         do {
-            _ = try await connectOnce(a, address: key.device, addressType: nil, timeout: .seconds(15))
+            _ = try await connectOnce(a, address: key.device, addressType: nil, timeout: .seconds(15), whileKept: true)
         } catch {
             guard let k = kept[key], k.task == nil else { return }
             scheduleReconnect(key, attempt: attempt + 1, lastError: error.description)

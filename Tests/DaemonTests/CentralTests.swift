@@ -23,6 +23,8 @@ final class FakeCentralBlueZ: Sendable {
         /// When set, AcquireNotify's answer waits for `releaseAcquireNotify` (a slow device).
         var holdAcquire = false
         var heldAcquire: [@Sendable () -> Void] = []
+        /// Seconds Connect takes to answer, by address (a device slow to come up).
+        var connectDelay: [String: Double] = [:]
     }
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
@@ -93,9 +95,16 @@ final class FakeCentralBlueZ: Sendable {
                     return true
                 }
                 if fail { return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")) }
-                try? c.setProperty(path, "org.bluez.Device1", "Connected", .boolean(true))
-                try? c.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(true))
-                reply.succeed()
+                let up: @Sendable () -> Void = {
+                    try? c.setProperty(path, "org.bluez.Device1", "Connected", .boolean(true))
+                    try? c.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(true))
+                    reply.succeed()
+                }
+                if let delay = box.state.withLock({ $0.connectDelay[address] }) {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: up)
+                } else {
+                    up()
+                }
             },
             MethodSpec("Disconnect") { _, reply in
                 record("Disconnect \(address)")
@@ -178,6 +187,16 @@ final class FakeCentralBlueZ: Sendable {
         let fd = box.state.withLock { $0.notifyEnd }
         try #require(fd >= 0, "AcquireNotify was not called")
         #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
+    }
+
+    /// Makes Connect of `address` answer after `seconds`.
+    func setConnectDelay(_ address: String, _ seconds: Double) { box.state.withLock { $0.connectDelay[address] = seconds } }
+
+    /// The link to `address` drops as when the device goes out of range.
+    func dropLink(_ address: String) {
+        let path = Self.hci0.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
+        try? fake.connection.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(false))
+        try? fake.connection.setProperty(path, "org.bluez.Device1", "Connected", .boolean(false))
     }
 
     /// Holds AcquireNotify's answers from now on (until `releaseAcquireNotify`).
@@ -474,6 +493,35 @@ final class FakeCentralBlueZ: Sendable {
         try fake.releaseAcquireNotify()
         #expect(fake.notifySocketClosedByDaemon(), "the daemon let go of the notifications")
         #expect(try h.call("central.status")["subscriptions"] == [])
+    }
+
+    /// `disconnect` of a kept device while its reconnect is under way (Connect not answered
+    /// yet): the reconnect gives up and drops the link it brought up, instead of reporting
+    /// the device connected after the disconnect answered (and leaving it so, unkept).
+    @Test func aDisconnectDuringAReconnectEndsIt() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        let dev = "00:AA:01:09:00:0A"
+        fake.addDevice(dev, name: "kept", uuids: [Self.hr], rssi: -50)
+        let watcher = try RawClient(h.socketPath)
+        _ = try watcher.call("events.subscribe", ["topics": ["central"]])
+        _ = try h.call("central.connect", ["address": .string(dev), "timeout": 20, "keep": true])
+        _ = try watcher.nextEvent("central.connected")
+        fake.setConnectDelay(dev, 1.5)
+        fake.dropLink(dev)
+        #expect(try watcher.nextEvent("central.disconnected")["data"]?["will_reconnect"] == true)
+        // The reconnect's Connect is under way (its answer 1.5 s away).
+        let deadline = Date().addingTimeInterval(10)
+        while fake.calls.filter({ $0 == "Connect \(dev)" }).count < 2 && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(fake.calls.filter { $0 == "Connect \(dev)" }.count == 2, "\(fake.calls)")
+        let r = try h.call("central.disconnect", ["address": .string(dev)])
+        #expect(r["was_connected"] == false)
+        // Connect answers; the reconnect sees the device is no longer kept and drops it.
+        let gone = try watcher.nextEvent("central.disconnected", timeout: 10)
+        #expect(gone["data"]?["reason"] == "local" && gone["data"]?["will_reconnect"] == false, "\(gone)")
+        let devices = try h.call("central.devices", ["connected": true])["devices"]?.arrayValue ?? []
+        #expect(devices.isEmpty, "\(devices)")
+        #expect(fake.calls.last == "Disconnect \(dev)", "\(fake.calls)")
     }
 
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
