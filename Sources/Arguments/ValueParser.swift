@@ -110,7 +110,7 @@ public struct ValueParser: Sendable {
     }
 
     /// "30" for 30.0, "0.5" for 0.5.
-    static func format(_ d: Double) -> String {
+    public static func format(_ d: Double) -> String {
         if d.rounded() == d, abs(d) < 1e15 { return String(Int(d)) }
         return String(d)
     }

@@ -170,11 +170,10 @@ extension ValueParser {
     /// A number of seconds within `range` (fractions allowed), stored as `.double`: for a
     /// time the daemon bounds too, refused here as a usage error naming the option.
     public static func seconds(in range: ClosedRange<Double>) -> ValueParser {
-        // 0.5, not 0: a bound that is not whole is shown as it is.
-        @Sendable func shown(_ d: Double) -> String { d == d.rounded() ? "\(Int(d))" : "\(d)" }
-        return ValueParser.custom(helpNote: "\(shown(range.lowerBound))-\(shown(range.upperBound))") { text throws(ValueError) in
+        let (low, high) = (format(range.lowerBound), format(range.upperBound))  // 0.5, not 0
+        return ValueParser.custom(helpNote: "\(low)-\(high)") { text throws(ValueError) in
             guard let d = Double(text), d.isFinite else { throw ValueError("expected a number of seconds") }
-            guard range.contains(d) else { throw ValueError("must be between \(shown(range.lowerBound)) and \(shown(range.upperBound)) seconds") }
+            guard range.contains(d) else { throw ValueError("must be between \(low) and \(high) seconds") }
             return .double(d)
         }
     }

@@ -35,6 +35,8 @@ public enum ControlEvent {
     public static let bluezUnavailable = "bluez.unavailable"
     /// Topic: the configuration was reloaded (SIGHUP): `{"changed": [key], "restart_needed": [key]}`.
     public static let daemonReloaded = "daemon.reloaded"
+    /// Topic: a reload (SIGHUP) refused the file; the running configuration stays: `{"error": String}`.
+    public static let daemonReloadFailed = "daemon.reload-failed"
 
     /// Builds the notification for one event; `time` is rendered as RFC 3339 UTC with milliseconds.
     public static func notification(topic: String, time: Date, data: JSONValue) -> RPCNotification {

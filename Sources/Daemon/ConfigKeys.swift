@@ -81,7 +81,7 @@ public enum ConfigKeys {
                   "Unanswered pings before a peer is reported lost."),
         ConfigKey("peer.accept_resources", values: "ask, trusted, all, none", default: "ask",
                   "Who takes resources peers send: a client (ask), the daemon for trusted peers, for everyone, or nobody."),
-        ConfigKey("peer.max_resource_bytes", values: "bytes, or with K, M, G", default: "4G",
+        ConfigKey("peer.max_resource_bytes", values: "bytes (at least 1), or with K, M, G, T (powers of 1024)", default: "4G",
                   "The largest resource accepted; a larger offer is declined with 'too-large'."),
         ConfigKey("peer.transfer_idle_timeout", values: "seconds 1-3600", default: "60",
                   "A resource being received that gets no data this long while the peer could send it is cancelled with 'timeout'; so is one being sent that the peer's windows hold back this long while nothing moves, or whose verdict does not come within this and a second more for every 4 MiB once the peer has every byte; what arrived is kept for a resume."),

@@ -42,10 +42,16 @@ public enum DaemonCommandLine {
                 guard BusChoice(parsing: text) != nil else { throw ValueError("expected system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket") }
                 return .string(text)
             }, help: "The D-Bus bus where bluetoothd is (default system)."),
-            .value("log-level", valueName: "level", parser: .choice(LogLevel.allCases.map(\.name)),
-                   help: "Log level (default info)."),
+            // The names the file's `log_level` takes (`warn` too, any case).
+            .value("log-level", valueName: "level", parser: ValueParser(helpNote: "values: \(Self.levelNames)", choices: LogLevel.allCases.map(\.name)) {
+                text throws(ValueError) in
+                guard let level = LogLevel(name: text) else { throw ValueError("expected one of: \(Self.levelNames) (or warn)") }
+                return .string(level.name)
+            }, help: "Log level (default info)."),
         ],
         version: PeerlinkDaemon.version)
+
+    private static let levelNames = LogLevel.allCases.map(\.name).joined(separator: ", ")
 
     /// Parses arguments (without the program name), runs the daemon, and returns the exit code:
     /// 0 after a clean stop, 1 when it cannot start (the machine refused: a read-only state

@@ -90,6 +90,11 @@ final class PeerCapability: DaemonCapability {
         if listens {
             do {
                 try node.start()
+            } catch let e as SystemError where e.code == EACCES || e.code == EPERM {
+                // A port below 1024 without CAP_NET_BIND_SERVICE (the packaged unit has no
+                // capabilities): the file's mistake, not the machine's (exit 2, not retried).
+                throw ConfigError(file: "configuration", key: "peer.port",
+                                  reason: "port \(config.port) cannot be listened on (\(e)): ports below 1024 need privileges the daemon does not have; use 1024 or above, or 0 for any")
             } catch {
                 throw DaemonError("peer sessions: cannot listen on port \(config.port): \(error)")
             }

@@ -67,7 +67,7 @@ extension PeerCapability {
         var limits = Inbox.Limits()
         if let t = s["peer.max_resource_bytes"] {
             guard let n = byteCount(t), n > 0 else {
-                throw ConfigError(file: "configuration", key: "peer.max_resource_bytes", reason: "expected a size in bytes (K, M, G allowed), got \"\(t)\"")
+                throw ConfigError(file: "configuration", key: "peer.max_resource_bytes", reason: "expected a size of at least 1 byte, in bytes or with K, M, G, T (powers of 1024), got \"\(t)\"")
             }
             limits.maxResourceBytes = n
         }
@@ -78,7 +78,7 @@ extension PeerCapability {
         return (directory, limits)
     }
 
-    /// `1234`, `64K`, `100M`, `4G` (powers of 1024).
+    /// `1234`, `64K`, `100M`, `4G`, `1T` (powers of 1024).
     static func byteCount(_ text: String) -> UInt64? {
         let units: [Character: UInt64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
         guard let last = text.last else { return nil }

@@ -113,27 +113,34 @@ public final class PeerlinkDaemon: Sendable {
     }
 
     /// Re-reads the configuration file: the log level applies at once; other changes are
-    /// reported as needing a restart. A file with errors leaves the running configuration.
+    /// reported as needing a restart. A file with errors leaves the running configuration,
+    /// and says so where a reload's caller looks: the journal, the unit's status line
+    /// (`systemctl status`, until a reload succeeds) and a `daemon.reload-failed` event.
     func reload() {
         notifier.reloading()
-        defer { notifier.ready(status: "serving") }
         var fresh: DaemonConfig
         do {
             fresh = try DaemonConfig.load(path: configPath)
         } catch {
             logger.error("reload failed; keeping the running configuration", ["error": error.description])
+            notifier.ready(status: "serving; the last reload was refused: \(error.description)")
+            server.publish(topic: ControlEvent.daemonReloadFailed, data: ["error": .string(error.description)])
             return
         }
+        defer { notifier.ready(status: "serving") }
         fresh.apply(overrides)
         let old = config.withLock { $0 }
         let changed = fresh.changedKeys(comparedTo: old)
-        logLevel.level = fresh.logLevel
         let needRestart = changed.filter { !DaemonConfig.liveKeys.contains($0) }
-        config.withLock { $0.logLevel = fresh.logLevel }
+        // Reported at the more verbose of the two levels: a reload to `error` still says what
+        // it changed and what waits for a restart.
+        logLevel.level = max(old.logLevel, fresh.logLevel)
         if !needRestart.isEmpty {
             logger.warning("configuration changes need a restart to apply", ["keys": needRestart.joined(separator: ",")])
         }
         logger.notice("configuration reloaded", ["changed": changed.joined(separator: ",")])
+        logLevel.level = fresh.logLevel
+        config.withLock { $0.logLevel = fresh.logLevel }
         server.publish(topic: ControlEvent.daemonReloaded, data: ["changed": .array(changed.map { .string($0) }),
                                                         "restart_needed": .array(needRestart.map { .string($0) })])
     }

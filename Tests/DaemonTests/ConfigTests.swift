@@ -436,4 +436,17 @@ private func ownGroupName() -> String {
         }
         #expect((try? CommandParser(root: DaemonCommandLine.command).parse([arguments[0], "/srv/ok"])) != nil)
     }
+
+    /// --log-level takes what the file's `log_level` takes (`warn`, any case: a drop-in's
+    /// `--log-level warn` exited 2, not restarted, while the file took it).
+    @Test func logLevelTakesTheFilesNames() throws {
+        for (text, name) in [("warn", "warning"), ("DEBUG", "debug"), ("Notice", "notice")] {
+            guard case .run(let run) = try CommandParser(root: DaemonCommandLine.command).parse(["--log-level", text]) else {
+                Issue.record("--log-level \(text) did not parse to a run")
+                continue
+            }
+            #expect(run.values.string("log-level") == name)
+        }
+        #expect(throws: (any Error).self) { try CommandParser(root: DaemonCommandLine.command).parse(["--log-level", "loud"]) }
+    }
 }
