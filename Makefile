@@ -72,7 +72,7 @@ demo: deps-lab build
 # transfer on the host's loopback (scripts/transfer-bench-host.sh; in the guest:
 # Tests/Lab/bench/61-peer-transfer.sh) and the peer messages (scripts/peer-bench-host.sh; in
 # the guest: Tests/Lab/bench/60-peer-throughput.sh).
-bench: deps-lab
+bench: deps-lab deps-deb
 	$(SWIFT) build -c release
 	@results=.build/lab/bench-$$(date +%Y%m%d-%H%M%S); \
 	static=$$(SWIFT=$(SWIFT) scripts/make-deb.sh --build-only) || exit 1; \

@@ -65,6 +65,10 @@ have_kernel() {
 have_static_busybox() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' busybox-static 2>/dev/null)" = installed ]
 }
+# have_static_libstdcxx: GCC's libstdc++.a (the package's binary links it statically).
+have_static_libstdcxx() {
+    have_cmd gcc && [ -f "$(gcc -print-file-name=libstdc++.a)" ]
+}
 swift_path() {
     command -v swift 2>/dev/null || { [ -x /opt/swift/usr/bin/swift ] && echo /opt/swift/usr/bin/swift; }
 }
@@ -105,6 +109,8 @@ DEB_DEPS=(
     "dpkg-dev|dpkg-shlibdeps (the package's library dependencies)|have_cmd dpkg-shlibdeps"
     "lintian|lintian (checks the package)|have_cmd lintian"
     "binutils|strip|have_cmd strip"
+    "gcc|gcc (links the package's binary)|have_cmd gcc"
+    "libstdc++-12-dev|libstdc++.a (linked into the package's binary)|have_static_libstdcxx"
 )
 
 deps=("${BUILD_DEPS[@]}")

@@ -21,7 +21,7 @@
 #   LAB_KERNEL     kernel image (default: newest /boot/vmlinuz-*)
 #   LAB_RESULTS_DIR where results go (default: <repo>/.build/lab/<time>)
 #   LAB_TIMEOUT    the ordinary boot, seconds (default 2700: a guard against a hung
-#                  guest, not a target; its 29 scenarios take 25 to 30 min
+#                  guest, not a target; its 32 scenarios take about 20 min
 #                  on a 2-core machine without KVM)
 #   LAB_SYSTEMD_TIMEOUT the systemd boot, seconds (default 1200; it takes about 5 min)
 #   LAB_SCENARIO_TIMEOUT per scenario, seconds (default 120; a scenario can
