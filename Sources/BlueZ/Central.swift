@@ -68,8 +68,12 @@ public actor Central {
         var reconcileAgain = false
         /// The operation gate: one connect (or pair) at a time on an adapter.
         var busy = false
-        var gateWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Operations waiting for the gate, in order: resumed true when it is theirs, false
+        /// when their deadline passed first.
+        var gateWaiters: [(id: UInt64, wake: CheckedContinuation<Bool, Never>)] = []
     }
+    /// Numbers the gate's waiters (to take the one whose deadline passed out of line).
+    var nextGateWaiter: UInt64 = 0
 
     struct Subscription {
         let id: String

@@ -55,8 +55,9 @@ extension Central {
         }
         let isConnected: @Sendable (BlueZObjectTable) -> Bool = { t in t.device(address, adapter: adapterPath)?.connected == true }
         logger.info("connecting", ["device": address.description, "adapter.name": a.name, "timeout": timeout.secondsText])
-        try await exclusive(a.address) { () async throws(CentralError) -> Void in
-            var connector = Connector(deadline: .now + timeout)
+        let deadline = ContinuousClock.now + timeout
+        try await exclusive(a.address, until: deadline, "connecting to \(address)") { () async throws(CentralError) -> Void in
+            var connector = Connector(deadline: deadline)
             while true {
                 if whileKept, kept[key] == nil {
                     try await abandonReconnect(key, s)

@@ -10,10 +10,12 @@ extension Central {
         let a = try await poweredAdapter(selector)
         guard let d = table.device(address, adapter: a.path) else { throw .notFound("device \(address) on \(a.name) (scan for it first)") }
         if d.paired { return (d, true) }
-        try await exclusive(a.address) { () async throws(CentralError) -> Void in
+        let deadline = ContinuousClock.now + timeout
+        try await exclusive(a.address, until: deadline, "pairing with \(address)") { () async throws(CentralError) -> Void in
             let device = Device1(s.connection, d.path)
             do throws(BlueZCallError) {
-                try await device.pair(timeout: timeout)
+                // What is left of the timeout once the adapter is ours (at least a second).
+                try await device.pair(timeout: max(.seconds(1), ContinuousClock.now.duration(to: deadline)))
             } catch {
                 switch error.kind {
                 case .alreadyExists: return

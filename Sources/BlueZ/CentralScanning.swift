@@ -130,13 +130,26 @@ extension Central {
 
     // MARK: The operation gate
 
-    private func acquire(_ address: BluetoothAddress) async {
+    /// Takes the adapter's gate, waiting in turn until `deadline`; false when it passed first.
+    private func acquire(_ address: BluetoothAddress, until deadline: ContinuousClock.Instant) async -> Bool {
         if adapterOps[address] == nil { adapterOps[address] = AdapterOps() }
         if !adapterOps[address]!.busy {
             adapterOps[address]!.busy = true
-            return
+            return true
         }
-        await withCheckedContinuation { c in adapterOps[address]!.gateWaiters.append(c) }
+        nextGateWaiter += 1
+        let id = nextGateWaiter
+        let timer = Task { [weak self] in
+            try? await Task.sleep(until: deadline)
+            if !Task.isCancelled { await self?.gateWaitExpired(address, id) }
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { c in adapterOps[address]!.gateWaiters.append((id, c)) }
+    }
+
+    private func gateWaitExpired(_ address: BluetoothAddress, _ id: UInt64) {
+        guard let i = adapterOps[address]?.gateWaiters.firstIndex(where: { $0.id == id }) else { return }
+        adapterOps[address]!.gateWaiters.remove(at: i).wake.resume(returning: false)
     }
 
     private func release(_ address: BluetoothAddress) {
@@ -144,13 +157,18 @@ extension Central {
         if adapterOps[address]!.gateWaiters.isEmpty {
             adapterOps[address]!.busy = false
         } else {
-            adapterOps[address]!.gateWaiters.removeFirst().resume()
+            adapterOps[address]!.gateWaiters.removeFirst().wake.resume(returning: true)
         }
     }
 
-    /// Runs `body` with the adapter's gate held and its discovery paused.
-    func exclusive<T: Sendable>(_ address: BluetoothAddress, _ body: () async throws(CentralError) -> T) async throws(CentralError) -> T {
-        await acquire(address)
+    /// Runs `body` with the adapter's gate held and its discovery paused. The gate is
+    /// waited for until `deadline` (the operation's own: a connect's timeout counts from its
+    /// request, not from when a pairing or a kept device's reconnect let go of the adapter).
+    func exclusive<T: Sendable>(_ address: BluetoothAddress, until deadline: ContinuousClock.Instant, _ what: @autoclosure () -> String,
+                                _ body: () async throws(CentralError) -> T) async throws(CentralError) -> T {
+        guard await acquire(address, until: deadline) else {
+            throw .timeout("\(what()): the adapter stayed busy with another connect or pairing until the timeout")
+        }
         discovery.connectBegan(adapter: address)
         await reconcile(address)
         let result: Result<T, CentralError>

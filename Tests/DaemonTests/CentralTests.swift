@@ -524,6 +524,28 @@ final class FakeCentralBlueZ: Sendable {
         #expect(fake.calls.last == "Disconnect \(dev)", "\(fake.calls)")
     }
 
+    /// A connect's timeout counts from its request, the wait for the adapter included (one
+    /// connect or pairing at a time per adapter): behind a connect that takes 3 s, a connect
+    /// with 1 s fails `timeout` saying the adapter was busy, instead of starting its second
+    /// after the other ended (the CLI had given up on it by then).
+    @Test func aConnectsTimeoutCountsItsWaitForTheAdapter() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.addDevice("00:AA:01:09:00:0B", name: "slow", uuids: [Self.hr], rssi: -50)
+        fake.addDevice("00:AA:01:09:00:0C", name: "quick", uuids: [Self.hr], rssi: -50)
+        fake.setConnectDelay("00:AA:01:09:00:0B", 3)
+        let first = try RawClient(h.socketPath)
+        try first.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.connect\",\"params\":{\"address\":\"00:AA:01:09:00:0B\",\"timeout\":20}}\n")
+        let deadline = Date().addingTimeInterval(10)
+        while !fake.calls.contains("Connect 00:AA:01:09:00:0B") && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(fake.calls.contains("Connect 00:AA:01:09:00:0B"), "the first connect holds the adapter")
+        let second = try RawClient(h.socketPath).request("central.connect", ["address": "00:AA:01:09:00:0C", "timeout": 1])
+        #expect(second["error"]?["code"]?.intValue == Int64(RPCErrorCode.timeout), "\(second)")
+        #expect(second["error"]?["message"]?.stringValue?.contains("adapter stayed busy") == true, "\(second)")
+        #expect(!fake.calls.contains("Connect 00:AA:01:09:00:0C"))
+        #expect(try first.readJSON()?["result"]?["device"]?["connected"] == true)
+    }
+
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
         let (bus, fake, h) = try await start()
         defer { h.stop(); _ = bus }
