@@ -27,7 +27,6 @@ public actor Central {
     /// Per adapter: the serialised reconcile and the operation gate.
     var adapterOps: [BluetoothAddress: AdapterOps] = [:]
     /// Why the last StartDiscovery (or its filter) was refused, for the scan that asked.
-    var lastDiscoveryError: BlueZCallError?
 
     /// Devices to keep connected, with their reconnect loop.
     var kept: [DeviceKey: KeepState] = [:]
@@ -66,6 +65,11 @@ public actor Central {
     struct AdapterOps {
         var reconciling = false
         var reconcileAgain = false
+        /// Callers of `reconcile` while one ran: resumed once the pass that includes their
+        /// change is done.
+        var reconcileWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Why the adapter's last discovery call failed (nil once one succeeds).
+        var lastDiscoveryError: BlueZCallError?
         /// The operation gate: one connect (or pair) at a time on an adapter.
         var busy = false
         /// Operations waiting for the gate, in order: resumed true when it is theirs, false

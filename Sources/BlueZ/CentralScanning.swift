@@ -26,7 +26,8 @@ extension Central {
             scans.removeValue(forKey: id)?.timer?.cancel()
             discovery.scanStopped(id)
             await reconcile(a.address)
-            throw .refused("StartDiscovery on \(a.name)", lastDiscoveryError ?? BlueZCallError(BusError(name: BusError.failed, message: "discovery did not start")))
+            throw .refused("StartDiscovery on \(a.name)", adapterOps[a.address]?.lastDiscoveryError
+                           ?? BlueZCallError(BusError(name: BusError.failed, message: "discovery did not start")))
         }
         logger.info("scan started", ["scan": id, "adapter.name": a.name])
         // Devices seen now (they have an RSSI) would not be announced again: report them.
@@ -81,7 +82,11 @@ extension Central {
     func reconcile(_ address: BluetoothAddress) async {
         if adapterOps[address] == nil { adapterOps[address] = AdapterOps() }
         if adapterOps[address]!.reconciling {
+            // The running pass goes round again for this change; the caller (a scan judging
+            // whether discovery started) waits for that, not for nothing: a second scan while
+            // the first one's StartDiscovery was in flight was refused "discovery did not start".
             adapterOps[address]!.reconcileAgain = true
+            await withCheckedContinuation { c in adapterOps[address]!.reconcileWaiters.append(c) }
             return
         }
         adapterOps[address]!.reconciling = true
@@ -90,6 +95,9 @@ extension Central {
             await reconcileOnce(address)
         } while adapterOps[address]!.reconcileAgain
         adapterOps[address]!.reconciling = false
+        let waiters = adapterOps[address]!.reconcileWaiters
+        adapterOps[address]!.reconcileWaiters = []
+        for w in waiters { w.resume() }
     }
 
     /// Makes the calls the scheduler plans, in order, reporting each success back.
@@ -107,7 +115,7 @@ extension Central {
                     } catch where error.kind == .inProgress {
                         // Our session is already running (bluetoothd says so): fine.
                     }
-                    lastDiscoveryError = nil
+                    adapterOps[address]?.lastDiscoveryError = nil
                     logger.debug("discovery on", ["adapter.name": a.name])
                 case .stop:
                     do {
@@ -118,7 +126,7 @@ extension Central {
                     logger.debug("discovery off", ["adapter.name": a.name, "paused": "\(discovery.isPaused(address))"])
                 }
             } catch {
-                lastDiscoveryError = BlueZCallError(error)
+                adapterOps[address]?.lastDiscoveryError = BlueZCallError(error)
                 logger.warning("cannot start discovery", ["adapter.name": a.name, "error": "\(error)"])
                 return
             }

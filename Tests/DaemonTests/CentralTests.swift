@@ -25,6 +25,8 @@ final class FakeCentralBlueZ: Sendable {
         var heldAcquire: [@Sendable () -> Void] = []
         /// Seconds Connect takes to answer, by address (a device slow to come up).
         var connectDelay: [String: Double] = [:]
+        /// Seconds StartDiscovery takes to answer (nil: at once).
+        var startDiscoveryDelay: Double?
     }
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
@@ -45,8 +47,15 @@ final class FakeCentralBlueZ: Sendable {
             },
             MethodSpec("StartDiscovery") { _, reply in
                 record("StartDiscovery")
-                try? holder.withLock { $0 }?.setProperty(Self.hci0, "org.bluez.Adapter1", "Discovering", .boolean(true))
-                reply.succeed()
+                let on: @Sendable () -> Void = {
+                    try? holder.withLock { $0 }?.setProperty(Self.hci0, "org.bluez.Adapter1", "Discovering", .boolean(true))
+                    reply.succeed()
+                }
+                if let delay = box.state.withLock({ $0.startDiscoveryDelay }) {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: on)
+                } else {
+                    on()
+                }
             },
             MethodSpec("StopDiscovery") { _, reply in
                 record("StopDiscovery")
@@ -188,6 +197,9 @@ final class FakeCentralBlueZ: Sendable {
         try #require(fd >= 0, "AcquireNotify was not called")
         #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
     }
+
+    /// Makes StartDiscovery answer after `seconds`.
+    func setStartDiscoveryDelay(_ seconds: Double) { box.state.withLock { $0.startDiscoveryDelay = seconds } }
 
     /// Makes Connect of `address` answer after `seconds`.
     func setConnectDelay(_ address: String, _ seconds: Double) { box.state.withLock { $0.connectDelay[address] = seconds } }
@@ -544,6 +556,25 @@ final class FakeCentralBlueZ: Sendable {
         #expect(second["error"]?["message"]?.stringValue?.contains("adapter stayed busy") == true, "\(second)")
         #expect(!fake.calls.contains("Connect 00:AA:01:09:00:0C"))
         #expect(try first.readJSON()?["result"]?["device"]?["connected"] == true)
+    }
+
+    /// Two scans started at once while StartDiscovery takes its time: both run (the second
+    /// waits for the discovery the first one's call starts, instead of being refused
+    /// "discovery did not start" because it looked before the call was answered).
+    @Test func twoScansStartedAtOnceBothRun() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.setStartDiscoveryDelay(0.5)
+        let a = try RawClient(h.socketPath), b = try RawClient(h.socketPath)
+        try a.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.scan\",\"params\":{}}\n")
+        let deadline = Date().addingTimeInterval(10)
+        while !fake.calls.contains("StartDiscovery") && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        try b.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.scan\",\"params\":{}}\n")
+        for c in [a, b] {
+            let reply = try #require(try c.readJSON())
+            #expect(reply["result"]?["scan"]?.stringValue?.hasPrefix("scan-") == true, "\(reply)")
+        }
+        #expect(fake.calls.filter { $0 == "StartDiscovery" }.count == 1, "\(fake.calls)")
     }
 
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
