@@ -53,6 +53,8 @@ public struct DiscoveryScheduler: Sendable {
         var applied: DiscoveryFilter?
         /// The scans running when bluetoothd lost our session: the next start resumes them.
         var resumePending: Set<String> = []
+        /// The adapter went (and has not been announced since).
+        var gone = false
     }
 
     private var adapters: [BluetoothAddress: AdapterState] = [:]
@@ -87,11 +89,22 @@ public struct DiscoveryScheduler: Sendable {
     }
 
     /// The adapter appeared (bluetoothd came back, or the controller did): it has no session
-    /// of ours; its scans are resumed by the next plan.
-    public mutating func adapterAppeared(_ adapter: BluetoothAddress) { reset(adapter, resume: true) }
+    /// of ours; its scans are resumed by the next plan. An announcement of an adapter whose
+    /// discovery we started since (the daemon's first look at bluetoothd, handled after a
+    /// scan that came in meanwhile) changes nothing: a controller that really went was
+    /// `adapterGone` first, and bluetoothd gone is `bluetoothdGone`, both ending our session.
+    public mutating func adapterAppeared(_ adapter: BluetoothAddress) {
+        guard let s = adapters[adapter] else { return }
+        if !s.gone, s.discovering { return }
+        adapters[adapter]?.gone = false
+        reset(adapter, resume: true)
+    }
 
     /// The adapter went: its session went with it (the scans stay, for when it is back).
-    public mutating func adapterGone(_ adapter: BluetoothAddress) { reset(adapter, resume: false) }
+    public mutating func adapterGone(_ adapter: BluetoothAddress) {
+        adapters[adapter]?.gone = true
+        reset(adapter, resume: false)
+    }
 
     /// The adapter was powered on or off: bluetoothd drops discovery sessions and filters
     /// either way; after power on, the scans are resumed by the next plan.

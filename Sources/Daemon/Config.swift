@@ -36,19 +36,42 @@ public enum BusChoice: Sendable, Equatable, CustomStringConvertible {
 
     /// Checks the shape of a D-Bus address: `;`-separated `transport:` entries with an
     /// alphanumeric transport name and `key=value` pairs after it.
-    static func isAddress(_ text: String) -> Bool {
-        let entries = text.split(separator: ";")
-        guard !entries.isEmpty else { return false }
+    static func isAddress(_ text: String) -> Bool { addressProblem(text) == nil }
+
+    /// What is wrong with a D-Bus address for connecting to a bus (nil: nothing): its shape,
+    /// and for the transports a board uses, the keys libdbus needs to connect (a typo such as
+    /// `unix:pth=…` was taken and retried every 30 s for ever, naming no key).
+    static func addressProblem(_ text: String) -> String? {
+        let entries = text.split(separator: ";", omittingEmptySubsequences: false)
+        guard !text.isEmpty else { return "the address is empty" }
         for entry in entries {
-            guard let colon = entry.firstIndex(of: ":") else { return false }
+            guard let colon = entry.firstIndex(of: ":") else { return "\"\(entry)\" has no transport (transport:key=value,...)" }
             let transport = entry[..<colon]
             guard !transport.isEmpty,
                   transport.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") })
-            else { return false }
-            let pairs = entry[entry.index(after: colon)...].split(separator: ",")
-            for pair in pairs where !pair.contains("=") || pair.first == "=" { return false }
+            else { return "\"\(transport)\" is not a transport name" }
+            var keys: [Substring: Substring] = [:]
+            for pair in entry[entry.index(after: colon)...].split(separator: ",") {
+                guard let eq = pair.firstIndex(of: "="), eq != pair.startIndex else { return "\"\(pair)\" is not key=value" }
+                let value = pair[pair.index(after: eq)...]
+                guard !value.isEmpty else { return "\(pair[..<eq]) has no value" }
+                keys[pair[..<eq]] = value
+            }
+            switch transport {
+            case "unix":
+                let found = ["path", "abstract"].filter { keys[Substring($0)] != nil }
+                guard found.count == 1 else {
+                    return found.isEmpty ? "a unix address needs path= or abstract= (got \(keys.keys.sorted().joined(separator: ", ")))"
+                                         : "a unix address takes one of path= and abstract=, not both"
+                }
+            case "tcp", "nonce-tcp":
+                guard let port = keys["port"] else { return "a \(transport) address needs port=" }
+                guard let n = Int(port), (1...65_535).contains(n) else { return "port \(port) is not 1-65535" }
+            default:
+                break  // unixexec, autolaunch, systemd, launchd: libdbus checks them
+            }
         }
-        return true
+        return nil
     }
 }
 
@@ -459,7 +482,8 @@ struct ConfigParser {
             config.logLevel = level
         case "bus":
             guard let bus = BusChoice(parsing: value) else {
-                throw bad("system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket")
+                let why = value.contains(":") ? BusChoice.addressProblem(value).map { " (\($0))" } ?? "" : ""
+                throw bad("system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket\(why)")
             }
             config.bus = bus
         case "max_clients":

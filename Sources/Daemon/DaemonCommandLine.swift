@@ -39,7 +39,10 @@ public enum DaemonCommandLine {
                 return .string(text)
             }, help: "Directory for persistent state (default /var/lib/peerlink)."),
             .value("bus", valueName: "system|session|address", parser: .custom(helpNote: "system, session or a D-Bus address") { text throws(ValueError) in
-                guard BusChoice(parsing: text) != nil else { throw ValueError("expected system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket") }
+                guard BusChoice(parsing: text) != nil else {
+                    let why = text.contains(":") ? BusChoice.addressProblem(text).map { " (\($0))" } ?? "" : ""
+                    throw ValueError("expected system, session or a D-Bus address like unix:path=/run/dbus/system_bus_socket\(why)")
+                }
                 return .string(text)
             }, help: "The D-Bus bus where bluetoothd is (default system)."),
             // The names the file's `log_level` takes (`warn` too, any case).

@@ -571,7 +571,8 @@ final class FakeCentralBlueZ: Sendable {
         while !fake.calls.contains("StartDiscovery") && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
         try b.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.scan\",\"params\":{}}\n")
         for c in [a, b] {
-            let reply = try #require(try c.readJSON())
+            var reply = try #require(try c.readJSON())
+            while reply["id"] == nil { reply = try #require(try c.readJSON()) }  // the scan's own events may come first
             #expect(reply["result"]?["scan"]?.stringValue?.hasPrefix("scan-") == true, "\(reply)")
         }
         #expect(fake.calls.filter { $0 == "StartDiscovery" }.count == 1, "\(fake.calls)")

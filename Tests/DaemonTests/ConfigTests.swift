@@ -159,6 +159,15 @@ private func ownGroupName() -> String {
         #expect(BusChoice(parsing: "tcp:host=localhost,port=1234") == .address("tcp:host=localhost,port=1234"))
         #expect(BusChoice(parsing: "nonsense") == nil)
         #expect(BusChoice.address("unix:path=/x").description == "unix:path=/x")
+        #expect(BusChoice(parsing: "unix:path=/run/dbus/system_bus_socket;unix:abstract=/tmp/dbus-x,guid=0123") != nil)
+        #expect(BusChoice(parsing: "autolaunch:") != nil)
+        // What libdbus cannot connect to is refused with the reason (it was retried for ever).
+        for (text, why) in [("unix:pth=/run/dbus/system_bus_socket", "needs path= or abstract="), ("unix:", "needs path= or abstract="),
+                            ("unix:path=", "path has no value"), ("unix:path=/a,abstract=b", "not both"),
+                            ("tcp:host=localhost", "needs port="), ("tcp:host=localhost,port=99999", "not 1-65535")] {
+            #expect(BusChoice(parsing: text) == nil, "\(text)")
+            #expect(BusChoice.addressProblem(text)?.contains(why) == true, "\(text): \(String(describing: BusChoice.addressProblem(text)))")
+        }
     }
 }
 

@@ -151,6 +151,18 @@ import Testing
         #expect(Self.run(&idle, Self.hci1).resumed.isEmpty)
     }
 
+    /// A late announcement of an adapter whose discovery is ours already (the daemon's
+    /// start-up look at bluetoothd, handled after a scan came in) is no loss: no second
+    /// StartDiscovery, no scan reported resumed that never stopped.
+    @Test func aLateAnnouncementOfAnAdapterInUseChangesNothing() {
+        var s = DiscoveryScheduler()
+        s.scanStarted("scan-1", adapter: Self.hci0, filter: Self.filter())
+        Self.run(&s)
+        s.adapterAppeared(Self.hci0)
+        #expect(s.plan(for: Self.hci0, powered: true).isEmpty && s.isDiscovering(Self.hci0))
+        #expect(Self.run(&s).resumed.isEmpty)
+    }
+
     @Test func bluetoothdGoneForgetsEverySession() {
         var s = DiscoveryScheduler()
         s.scanStarted("scan-1", adapter: Self.hci0, filter: Self.filter())
