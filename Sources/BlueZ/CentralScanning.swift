@@ -86,6 +86,7 @@ extension Central {
             // whether discovery started) waits for that, not for nothing: a second scan while
             // the first one's StartDiscovery was in flight was refused "discovery did not start".
             adapterOps[address]!.reconcileAgain = true
+            logger.debug("waiting for the discovery calls under way", ["adapter": address.description])
             await withCheckedContinuation { c in adapterOps[address]!.reconcileWaiters.append(c) }
             return
         }

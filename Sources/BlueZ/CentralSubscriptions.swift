@@ -51,6 +51,7 @@ extension Central {
         if let existing = sources[path] { return existing }
         let setup: Task<NotifySource, any Error>
         if let pending = settingUp[path] {
+            logger.debug("waiting for the notification setup under way", ["characteristic": uuid.uuidString, "device": address.description])
             setup = pending
         } else {
             setup = Task { try await self.startSource(path, key: key, uuid: uuid, flags: flags, mtu: mtu, indicate: indicate,

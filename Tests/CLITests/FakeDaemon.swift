@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import SystemKit
+import Testing
 @testable import CLI
 
 /// A scripted stand-in for `peerlinkd` on a temporary Unix socket.
@@ -13,6 +14,9 @@ final class FakeDaemon: Sendable {
     let path: String
     private let received = Mutex<[RPCRequest]>([])
     private let finished = DispatchSemaphore(value: 0)
+    /// Why the script stopped early (a request it expected never came, a reply it could
+    /// not send): reported by `finish`, on the test's own task.
+    private let scriptError = Mutex<String?>(nil)
 
     init(_ script: @escaping @Sendable (FakeConnection) throws -> Void) throws {
         path = "/tmp/peerlink-cli-test-\(UUID().uuidString.prefix(12)).sock"
@@ -31,7 +35,7 @@ final class FakeDaemon: Sendable {
             defer { closeQuietly(fd) }
             try? setNonBlocking(fd, false)
             let connection = FakeConnection(fd: fd) { request in self.received.withLock { $0.append(request) } }
-            try? script(connection)
+            do { try script(connection) } catch { scriptError.withLock { $0 = "\(error)" } }
         }.start()
     }
 
@@ -40,8 +44,9 @@ final class FakeDaemon: Sendable {
 
     /// Waits for the script to end, then removes the socket.
     func finish() {
-        _ = finished.wait(timeout: .now() + 10)
+        if finished.wait(timeout: .now() + 10) == .timedOut { Issue.record("the fake daemon's script did not end within 10 s") }
         _ = unlink(path)
+        if let e = scriptError.withLock({ $0 }) { Issue.record("the fake daemon's script failed: \(e) (requests: \(requests.map(\.method)))") }
     }
 }
 

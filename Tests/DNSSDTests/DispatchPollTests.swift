@@ -140,12 +140,17 @@ import Glibc
         #expect(fired.count == 1, "one shot")
         queue.sync { DispatchPoll.updateTimeout(t, at: .now() + .milliseconds(10)) }
         #expect(await eventually { fired.count == 2 })
-        queue.sync { DispatchPoll.updateTimeout(t, at: .now() + .milliseconds(30)) }
-        queue.sync { DispatchPoll.updateTimeout(t, at: nil) }
+        // Armed and disarmed in one turn of the queue (two turns: a descheduled test let it fire).
+        queue.sync {
+            DispatchPoll.updateTimeout(t, at: .now() + .milliseconds(30))
+            DispatchPoll.updateTimeout(t, at: nil)
+        }
         try? await Task.sleep(for: .milliseconds(100))
         #expect(fired.count == 2, "disarmed")
-        queue.sync { DispatchPoll.updateTimeout(t, at: .now() + .milliseconds(20)) }
-        queue.sync { DispatchPoll.freeTimeout(t) }
+        queue.sync {
+            DispatchPoll.updateTimeout(t, at: .now() + .milliseconds(20))
+            DispatchPoll.freeTimeout(t)
+        }
         try? await Task.sleep(for: .milliseconds(100))
         #expect(fired.count == 2, "freed")
     }

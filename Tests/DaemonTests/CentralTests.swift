@@ -23,10 +23,12 @@ final class FakeCentralBlueZ: Sendable {
         /// When set, AcquireNotify's answer waits for `releaseAcquireNotify` (a slow device).
         var holdAcquire = false
         var heldAcquire: [@Sendable () -> Void] = []
-        /// Seconds Connect takes to answer, by address (a device slow to come up).
-        var connectDelay: [String: Double] = [:]
-        /// Seconds StartDiscovery takes to answer (nil: at once).
-        var startDiscoveryDelay: Double?
+        /// StartDiscovery's answers wait for `releaseStartDiscovery` while set.
+        var holdStartDiscovery = false
+        var heldStartDiscovery: [@Sendable () -> Void] = []
+        /// Connect's answers for these addresses wait for `releaseConnect` (a device slow to come up).
+        var holdConnect: Set<String> = []
+        var heldConnect: [@Sendable () -> Void] = []
     }
     final class Box: Sendable { let state = Mutex(State()) }
     let box = Box()
@@ -51,11 +53,11 @@ final class FakeCentralBlueZ: Sendable {
                     try? holder.withLock { $0 }?.setProperty(Self.hci0, "org.bluez.Adapter1", "Discovering", .boolean(true))
                     reply.succeed()
                 }
-                if let delay = box.state.withLock({ $0.startDiscoveryDelay }) {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: on)
-                } else {
-                    on()
+                let held = box.state.withLock { s -> Bool in
+                    if s.holdStartDiscovery { s.heldStartDiscovery.append(on) }
+                    return s.holdStartDiscovery
                 }
+                if !held { on() }
             },
             MethodSpec("StopDiscovery") { _, reply in
                 record("StopDiscovery")
@@ -109,11 +111,12 @@ final class FakeCentralBlueZ: Sendable {
                     try? c.setProperty(path, "org.bluez.Device1", "ServicesResolved", .boolean(true))
                     reply.succeed()
                 }
-                if let delay = box.state.withLock({ $0.connectDelay[address] }) {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: up)
-                } else {
-                    up()
+                let held = box.state.withLock { s -> Bool in
+                    guard s.holdConnect.contains(address) else { return false }
+                    s.heldConnect.append(up)
+                    return true
                 }
+                if !held { up() }
             },
             MethodSpec("Disconnect") { _, reply in
                 record("Disconnect \(address)")
@@ -198,11 +201,31 @@ final class FakeCentralBlueZ: Sendable {
         #expect(bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
     }
 
-    /// Makes StartDiscovery answer after `seconds`.
-    func setStartDiscoveryDelay(_ seconds: Double) { box.state.withLock { $0.startDiscoveryDelay = seconds } }
+    /// Holds StartDiscovery's answers from now on (until `releaseStartDiscovery`).
+    func holdStartDiscovery() { box.state.withLock { $0.holdStartDiscovery = true } }
 
-    /// Makes Connect of `address` answer after `seconds`.
-    func setConnectDelay(_ address: String, _ seconds: Double) { box.state.withLock { $0.connectDelay[address] = seconds } }
+    /// Answers the held StartDiscovery calls and answers later ones at once.
+    func releaseStartDiscovery() {
+        let held = box.state.withLock { s -> [@Sendable () -> Void] in
+            s.holdStartDiscovery = false
+            defer { s.heldStartDiscovery = [] }
+            return s.heldStartDiscovery
+        }
+        for answer in held { answer() }
+    }
+
+    /// Holds the answers of Connect to `address` (until `releaseConnect`).
+    func holdConnect(_ address: String) { box.state.withLock { $0.holdConnect.insert(address) } }
+
+    /// Answers the held Connect calls and answers later ones at once.
+    func releaseConnect() {
+        let held = box.state.withLock { s -> [@Sendable () -> Void] in
+            s.holdConnect = []
+            defer { s.heldConnect = [] }
+            return s.heldConnect
+        }
+        for answer in held { answer() }
+    }
 
     /// The link to `address` drops as when the device goes out of range.
     func dropLink(_ address: String) {
@@ -294,10 +317,16 @@ final class FakeCentralBlueZ: Sendable {
         let (bus, fake, h) = try await start()
         defer { h.stop(); _ = bus }
         fake.addDevice("00:AA:01:09:00:04", name: "quiet", uuids: [Self.hr], rssi: -50, silentConnected: true)
-        _ = try await h.waitForStatus { _ in true }
+        // The daemon knows the device (else it would ask ConnectDevice, not Connect).
+        let deadline = Date().addingTimeInterval(10)
+        while try h.call("central.devices")["devices"]?.arrayValue?.contains(where: { $0["address"] == "00:AA:01:09:00:04" }) != true {
+            guard Date() < deadline else { throw TestSupportError("the daemon never listed 00:AA:01:09:00:04") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
         let r = try h.call("central.connect", ["address": "00:AA:01:09:00:04", "timeout": 10])
         #expect(r["device"]?["connected"] == true && r["device"]?["services_resolved"] == true)
         #expect(fake.calls.filter { $0 == "Connect 00:AA:01:09:00:04" }.count == 1, "one attempt: the answer was believed, not retried")
+        #expect(!fake.calls.contains { $0.hasPrefix("ConnectDevice") }, "\(fake.calls)")
         let read = try h.call("central.read", ["address": "00:AA:01:09:00:04", "characteristic": "2a37"])
         #expect(read["value"] == "heart")
     }
@@ -469,9 +498,8 @@ final class FakeCentralBlueZ: Sendable {
         let params: [String: JSONValue] = ["address": "00:AA:01:09:00:07", "characteristic": "2a37"]
         try a.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.subscribe\",\"params\":\(String(decoding: JSONValue.object(params).encoded(), as: UTF8.self))}\n")
         try b.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.subscribe\",\"params\":\(String(decoding: JSONValue.object(params).encoded(), as: UTF8.self))}\n")
-        // Both requests are in the daemon before the answer comes (the second one's reply,
-        // an error before the fix, would otherwise race the release).
-        try await Task.sleep(for: .milliseconds(300))
+        // The second waits for the first one's setup (said in the debug log) before the answer comes.
+        try await Self.waitForLog(h, "waiting for the notification setup under way")
         try fake.releaseAcquireNotify()
         for c in [a, b] {
             let reply = try #require(try c.readJSON())
@@ -519,16 +547,17 @@ final class FakeCentralBlueZ: Sendable {
         _ = try watcher.call("events.subscribe", ["topics": ["central"]])
         _ = try h.call("central.connect", ["address": .string(dev), "timeout": 20, "keep": true])
         _ = try watcher.nextEvent("central.connected")
-        fake.setConnectDelay(dev, 1.5)
+        fake.holdConnect(dev)
         fake.dropLink(dev)
         #expect(try watcher.nextEvent("central.disconnected")["data"]?["will_reconnect"] == true)
-        // The reconnect's Connect is under way (its answer 1.5 s away).
+        // The reconnect's Connect is under way (held).
         let deadline = Date().addingTimeInterval(10)
         while fake.calls.filter({ $0 == "Connect \(dev)" }).count < 2 && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(fake.calls.filter { $0 == "Connect \(dev)" }.count == 2, "\(fake.calls)")
         let r = try h.call("central.disconnect", ["address": .string(dev)])
         #expect(r["was_connected"] == false)
         // Connect answers; the reconnect sees the device is no longer kept and drops it.
+        fake.releaseConnect()
         let gone = try watcher.nextEvent("central.disconnected", timeout: 10)
         #expect(gone["data"]?["reason"] == "local" && gone["data"]?["will_reconnect"] == false, "\(gone)")
         let devices = try h.call("central.devices", ["connected": true])["devices"]?.arrayValue ?? []
@@ -545,7 +574,7 @@ final class FakeCentralBlueZ: Sendable {
         defer { h.stop(); _ = bus }
         fake.addDevice("00:AA:01:09:00:0B", name: "slow", uuids: [Self.hr], rssi: -50)
         fake.addDevice("00:AA:01:09:00:0C", name: "quick", uuids: [Self.hr], rssi: -50)
-        fake.setConnectDelay("00:AA:01:09:00:0B", 3)
+        fake.holdConnect("00:AA:01:09:00:0B")
         let first = try RawClient(h.socketPath)
         try first.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.connect\",\"params\":{\"address\":\"00:AA:01:09:00:0B\",\"timeout\":20}}\n")
         let deadline = Date().addingTimeInterval(10)
@@ -555,6 +584,7 @@ final class FakeCentralBlueZ: Sendable {
         #expect(second["error"]?["code"]?.intValue == Int64(RPCErrorCode.timeout), "\(second)")
         #expect(second["error"]?["message"]?.stringValue?.contains("adapter stayed busy") == true, "\(second)")
         #expect(!fake.calls.contains("Connect 00:AA:01:09:00:0C"))
+        fake.releaseConnect()
         #expect(try first.readJSON()?["result"]?["device"]?["connected"] == true)
     }
 
@@ -564,18 +594,31 @@ final class FakeCentralBlueZ: Sendable {
     @Test func twoScansStartedAtOnceBothRun() async throws {
         let (bus, fake, h) = try await start()
         defer { h.stop(); _ = bus }
-        fake.setStartDiscoveryDelay(0.5)
+        fake.holdStartDiscovery()
         let a = try RawClient(h.socketPath), b = try RawClient(h.socketPath)
         try a.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.scan\",\"params\":{}}\n")
         let deadline = Date().addingTimeInterval(10)
         while !fake.calls.contains("StartDiscovery") && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
         try b.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"central.scan\",\"params\":{}}\n")
+        // The second waits for the first one's StartDiscovery (said in the debug log): held
+        // until then, so the race is certain to be run.
+        try await Self.waitForLog(h, "waiting for the discovery calls under way")
+        fake.releaseStartDiscovery()
         for c in [a, b] {
             var reply = try #require(try c.readJSON())
             while reply["id"] == nil { reply = try #require(try c.readJSON()) }  // the scan's own events may come first
             #expect(reply["result"]?["scan"]?.stringValue?.hasPrefix("scan-") == true, "\(reply)")
         }
         #expect(fake.calls.filter { $0 == "StartDiscovery" }.count == 1, "\(fake.calls)")
+    }
+
+    /// Waits (up to 10 s) until the daemon's log has `text`.
+    static func waitForLog(_ h: DaemonHarness, _ text: String) async throws {
+        let deadline = Date().addingTimeInterval(10)
+        while !h.log.contains(text) {
+            guard Date() < deadline else { throw TestSupportError("no \"\(text)\" in the daemon's log within 10 s") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     @Test func gattErrorsNameTheirATTCodeAndHintsNameTheCommand() async throws {
