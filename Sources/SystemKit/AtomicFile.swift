@@ -51,6 +51,7 @@ public enum AtomicFile {
             try writeAll(fd, bytes)
             try syscall("fsync", context: temporary) { fsync(fd) }
         }
+        beforeRenaming.withLock { $0 }?(temporary)
         try syscall("rename", context: path) { rename(temporary, path) }
         renamed = true
         try FileSystem.syncDirectory(parent(of: path))
@@ -58,6 +59,9 @@ public enum AtomicFile {
 
     /// Names of the temporaries this process's `write`s have open now.
     static let inFlight = Mutex<Set<String>>([])
+
+    /// Tests only: called with a `write`'s temporary just before it is renamed.
+    static let beforeRenaming = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// Removes the temporary files `write` left in `directory` because their process died
     /// between making and renaming them (`kill -9`, a power cut): names

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 import Testing
 @testable import SystemKit
 
@@ -18,6 +19,26 @@ import Testing
     static func removeDirectory(_ path: String) {
         for name in (try? FileSystem.names(in: path)) ?? [] { unlink(path + "/" + name) }
         rmdir(path)
+    }
+
+    /// `write` marks its own temporary: a sweep of the directory while it is written (here
+    /// just before its rename) keeps it, and the file arrives whole.
+    @Test func aWritesOwnTemporaryIsKeptBySweepsMeanwhile() throws {
+        let dir = try Self.makeDirectory()
+        defer { Self.removeDirectory(dir) }
+        let seen = Mutex<(removed: Int, existed: Bool)?>(nil)
+        AtomicFile.beforeRenaming.withLock {
+            $0 = { temporary in
+                guard temporary.hasPrefix(dir + "/") else { return }  // another test's write
+                let removed = AtomicFile.removeAbandonedTemporaries(in: dir)
+                seen.withLock { $0 = (removed, access(temporary, F_OK) == 0) }
+            }
+        }
+        defer { AtomicFile.beforeRenaming.withLock { $0 = nil } }
+        try AtomicFile.write([1, 2, 3], to: dir + "/state.json", mode: 0o600)
+        let s = try #require(seen.withLock { $0 }, "the hook ran")
+        #expect(s.removed == 0 && s.existed, "the write's own temporary was kept")
+        #expect(try AtomicFile.readIfPresent(dir + "/state.json", maximumSize: 10) == [1, 2, 3])
     }
 
     @Test func aTemporaryBeingWrittenIsKept() throws {

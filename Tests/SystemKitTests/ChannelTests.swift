@@ -478,7 +478,17 @@ import Glibc
             #expect(await seen.wait { seen.input.withLock { $0.count } == 1 }, "lifetime \(i)")
             #expect(c.send([4, 5]) == .accepted)
             #expect(try Self.receive(theirs) == [4, 5], "lifetime \(i)")
-            if i % 2 == 1 { c.whenRoom { _ in } }
+            // Half with a write still waiting: the peer reads nothing more, the socket and
+            // then the outbox fill, and a waiter for room is told "closed" by the close.
+            let roomAnswer = Mutex<Bool?>(nil)
+            if i % 2 == 1 {
+                let big = [UInt8](repeating: 7, count: 16_384)
+                var sends = 0
+                while c.send(big) == .accepted { sends += 1 }
+                #expect(sends >= 4, "lifetime \(i): the outbox took \(sends)")
+                c.whenRoom { ok in roomAnswer.withLock { $0 = ok } }
+                #expect(roomAnswer.withLock { $0 } == nil, "lifetime \(i): no room while full")
+            }
             let closed = Signal()
             let done = Mutex(false)
             c.whenDescriptorClosed {
@@ -487,6 +497,7 @@ import Glibc
             }
             c.close()
             #expect(await closed.wait { done.withLock { $0 } }, "lifetime \(i)")
+            if i % 2 == 1 { #expect(roomAnswer.withLock { $0 } == false, "lifetime \(i): the waiter was told the channel closed") }
             closeQuietly(theirs)
         }
         let left = Self.openSocketInodes().intersection(ours)
