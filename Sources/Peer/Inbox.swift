@@ -50,6 +50,9 @@ public final class Inbox: @unchecked Sendable {
     /// (`IncomingFile.suspend`: a flush), on its writer's queue (tests hold it there; an
     /// accept that lost a race to the offer's end records under the connection's lock).
     let beforeRecording: @Sendable () -> Void
+    /// Tests only: called when a transfer first finds its content's part held by another
+    /// (saved, recorded or received) and starts waiting for it.
+    let claimWaits: @Sendable () -> Void
     /// The open parts: their keys, and the bytes each still awaits (lowered as bytes arrive).
     /// Parts are written on their own queues, so under a lock.
     private let open = Mutex(OpenParts())
@@ -98,10 +101,12 @@ public final class Inbox: @unchecked Sendable {
                 now: Int64 = FileIdentity.wallClockNanoseconds(), duplicateWait: Duration = .seconds(2),
                 freeSpace: @escaping @Sendable (String) throws -> UInt64 = { try FileSystem.availableBytes(at: $0) },
                 beforeSaving: @escaping @Sendable () -> Void = {},
-                beforeRecording: @escaping @Sendable () -> Void = {}) throws(InboxError) {
+                beforeRecording: @escaping @Sendable () -> Void = {},
+                claimWaits: @escaping @Sendable () -> Void = {}) throws(InboxError) {
         self.directory = directory
         self.beforeSaving = beforeSaving
         self.beforeRecording = beforeRecording
+        self.claimWaits = claimWaits
         self.limits = limits
         self.bootID = bootID
         self.freeSpace = freeSpace
@@ -181,9 +186,14 @@ public final class Inbox: @unchecked Sendable {
     /// and up to `recordingWait` while that transfer's part is being recorded for a resume.
     private func claim(_ key: String, _ name: String) throws(InboxError) {
         let start = ContinuousClock.now
+        var waiting = false
         while true {
             let (taken, recording) = open.withLock { o in (o.keys.insert(key).inserted, o.recording.contains(key)) }
             if taken { return }
+            if !waiting {
+                waiting = true
+                claimWaits()
+            }
             // Polled: a dying session's transfer gives the key back within moments, and this
             // runs on a thread of its own (`PeerConnection.acceptResource`).
             guard ContinuousClock.now - start < (recording ? Self.recordingWait : duplicateWait) else { throw .alreadyReceiving(name) }

@@ -277,6 +277,14 @@ import Testing
         func open() { opened.signal() }
 
         func entered() async -> Bool { await signal.wait(timeout: .seconds(10)) { held.withLock { $0 } } }
+
+        /// For `Inbox`'s `claimWaits`: an offer of the held content has begun to wait.
+        private let claimWaiting = Mutex(false)
+        func claimWaits() {
+            claimWaiting.withLock { $0 = true }
+            signal.fire()
+        }
+        func claimWaited() async -> Bool { await signal.wait(timeout: .seconds(10)) { claimWaiting.withLock { $0 } } }
     }
 
     /// The receiver's save of a file it has whole (verify, flush, link: most of a second on an
@@ -325,7 +333,8 @@ import Testing
     func aFileSavedAfterItsSessionEndedIsNotReceivedTwice(offeredWhileSaving: Bool) async throws {
         let dir = try Directory()
         let gate = SaveGate()
-        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeSaving: { gate.hold() }),
+        let a = try Node("receiver", inbox: try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeSaving: { gate.hold() },
+                                                      claimWaits: { gate.claimWaits() }),
                          acceptResources: .all)
         let b = try Node("sender")
         defer { a.node.stop(); b.node.stop() }
@@ -339,7 +348,8 @@ import Testing
         #expect(await b.wait("interrupted") { if case .resource(.interrupted(let t)) = $0 { t.id == id } else { false } } != nil)
         if offeredWhileSaving {
             _ = try await b.node.connect(to: a.address)
-            try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait while the save is held)
+            #expect(await gate.claimWaited(), "the new offer waits for the save")
+            try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait, counted from its wait, while the save is held)
         }
         gate.open()
         #expect(await Self.received(a)?.1.name == "twice.bin", "saved and reported after its session")

@@ -108,7 +108,8 @@ import Testing
     @Test func aStalledPartIsRecordedWhileTheSessionGoesOn() async throws {
         let dir = try Directory()
         let gate = PeerResourceTests.SaveGate()
-        let inbox = try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeRecording: { gate.hold() })
+        let inbox = try Inbox(directory: dir.path + "/inbox", duplicateWait: .milliseconds(100), beforeRecording: { gate.hold() },
+                              claimWaits: { gate.claimWaits() })
         let (a, raw, _) = try await PeerFlowTests.rawSession("held", inbox: inbox, transferIdleTimeout: Self.idle)
         defer { raw.close(); a.node.stop() }
         defer { gate.open() }  // first: a held recording must not outlive a failed expectation
@@ -121,7 +122,8 @@ import Testing
         #expect(try await Raw.stillUp(a, raw, 1), "a message crossed while the part was recorded")
         let again = ResourceOffer(resourceID: 3, name: "held.bin", size: 300_000, sha256: offer.sha256, mediaType: "x/y")
         let answer = Task { try await Self.offer(raw, again, then: []) }
-        try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait while the record is held)
+        #expect(await gate.claimWaited(), "the new offer waits for the record")
+        try await Task.sleep(for: .milliseconds(400))  // (past duplicateWait, counted from its wait, while the record is held)
         gate.open()
         #expect(try await answer.value == .resourceAccept(resourceID: 3, offset: 50_000))
     }
