@@ -43,8 +43,17 @@ final class CentralCapability: DaemonCapability {
         ctx.register(ControlMethod.centralConnect) { p, _ throws(RPCError) in
             let r = try Self.connect(p)
             let sel = try adapter(p)
-            let (a, d) = try await rpc { try await c.connect(adapter: sel, address: r.address, addressType: r.type, timeout: r.timeout, keep: r.keep) }
-            return ["adapter": .string(a.name), "device": BLEJSON.device(d), "keep": .bool(r.keep)]
+            do throws(RPCError) {
+                let (a, d) = try await rpc { try await c.connect(adapter: sel, address: r.address, addressType: r.type, timeout: r.timeout, keep: r.keep) }
+                return ["adapter": .string(a.name), "device": BLEJSON.device(d), "keep": .bool(r.keep)]
+            } catch var e where r.keep {
+                // The device stays kept: the first attempt failed, the daemon goes on trying.
+                e.message += " (kept: the daemon keeps reconnecting in the background until 'peerlink disconnect')"
+                var data = e.data?.objectValue ?? [:]
+                data["keep"] = true
+                e.data = .object(data)
+                throw e
+            }
         }
         ctx.register(ControlMethod.centralDisconnect) { p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["adapter", "address"])

@@ -612,6 +612,21 @@ final class FakeCentralBlueZ: Sendable {
         #expect(fake.calls.filter { $0 == "StartDiscovery" }.count == 1, "\(fake.calls)")
     }
 
+    /// `connect --keep` whose first attempt fails: the error says the device stays kept and
+    /// the daemon keeps trying (it said only that the connect failed, and went on silently),
+    /// and `central.devices` lists it kept.
+    @Test func aFailedKeptConnectSaysItKeepsTrying() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.addDevice("00:AA:01:09:00:0D", name: "away", uuids: [Self.hr], rssi: -50, failures: 1_000)
+        let r = try RawClient(h.socketPath).request("central.connect", ["address": "00:AA:01:09:00:0D", "timeout": 1, "keep": true])
+        #expect(r["error"]?["message"]?.stringValue?.contains("keeps reconnecting in the background") == true, "\(r)")
+        #expect(r["error"]?["data"]?["keep"] == true, "\(r)")
+        let devices = try h.call("central.devices")["devices"]?.arrayValue ?? []
+        #expect(devices.first { $0["address"] == "00:AA:01:09:00:0D" }?["keep"] == true, "\(devices)")
+        _ = try h.call("central.disconnect", ["address": "00:AA:01:09:00:0D"])
+    }
+
     /// Waits (up to 10 s) until the daemon's log has `text`.
     static func waitForLog(_ h: DaemonHarness, _ text: String) async throws {
         let deadline = Date().addingTimeInterval(10)

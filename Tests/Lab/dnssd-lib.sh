@@ -4,7 +4,13 @@
 # avahi_browse_json TYPE [SECONDS]: what `avahi-browse -r -p -t TYPE` (an independent
 # client of the same avahi-daemon) sees, as a JSON list (see avahi-browse-json.py).
 avahi_browse_json() {
-    timeout --foreground "${2:-20}" avahi-browse -k -r -p -t "$1" 2>/dev/null | "$PY3" "$LAB_DIR/avahi-browse-json.py"
+    # A browse that fails (avahi-daemon down, a timeout) prints nothing and returns 1: an
+    # empty list would read as "the service is not there".
+    local out rc
+    out=$(timeout --foreground "${2:-20}" avahi-browse -k -r -p -t "$1" 2>/dev/null)
+    rc=$?
+    [ "$rc" = 0 ] || { echo "avahi-browse $1 exited $rc" >&2; return 1; }
+    printf '%s\n' "$out" | "$PY3" "$LAB_DIR/avahi-browse-json.py"
 }
 
 # avahi_has NAME TYPE: avahi-browse resolves a service called NAME of TYPE (exit 0).

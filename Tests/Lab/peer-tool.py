@@ -478,6 +478,7 @@ def cmd_flood(a):
     closed = set()
     refused = 0
     last_close = 0.0
+    first_close = None
     deadline = t0 + a.timeout
     while len(closed) < len(socks) and time.monotonic() < deadline:
         for fd, ev in ep.poll(0.5):
@@ -497,8 +498,11 @@ def cmd_flood(a):
                 closed.add(fd)
                 ep.unregister(fd)
                 last_close = time.time()
+                if first_close is None:
+                    first_close = time.monotonic() - t0
     dt = time.monotonic() - t0
     say(f"CLOSED-BY-DAEMON {len(closed)}/{len(socks)} after {dt:.2f} s (refused {refused}) last-at-ms={int(last_close * 1000)}")
+    say(f"FIRST-CLOSE-AFTER {first_close if first_close is not None else -1:.2f} s")
     for s in socks:
         s.close()
     if len(closed) < len(socks):

@@ -25,8 +25,8 @@ expect_rc 2 pl p gatt register "$LAB_OUT/notjson.json"
 assert_contains "$RUN_OUT" "not valid JSON" "a file that is not JSON"
 expect_rc 0 pl p gatt list
 assert_contains "$RUN_OUT" "No applications." "nothing registered after refused files"
-tree=$(busctl --system tree "$(pl p --json status | "$PY3" -c 'import json,sys; print(json.load(sys.stdin)["bus"]["name"])')" 2>&1)
-assert_not_contains "$tree" "/org/peerlink/app" "no application objects left on the bus"
+# (No busctl look at the daemon's objects: the system bus's policy refuses root's Introspect
+# of another connection, "Access denied", so such a check saw nothing and always passed.)
 
 note "an advertisement over 31 bytes: needs N, fits M"
 expect_rc 1 pl p advertise start --service C4FB2349-72FE-4CA2-94D6-1F3CB16331EE --service 6A3E4B28-522D-4B3B-82A9-D5E2004534FC

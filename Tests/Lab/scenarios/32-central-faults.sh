@@ -27,8 +27,10 @@ advertise_until_seen p scan0 "\"$ADDR\"" --name "$NAME" --service $SVC || fail "
 note "keep-connected: the peripheral disappears mid-subscription and comes back"
 spawn_watch events pl_watch c --json watch --topic central
 expect_rc 0 pl c connect "$ADDR" --keep --timeout 40
-spawn sub pl_watch c --json subscribe "$ADDR" $CHR --timeout 300
-wait_for 20 grep -q . "$(log_of sub)" 2>/dev/null; sleep 2
+# Text output: its "subscribed to" line says the subscription is in place (--json prints
+# nothing before the first value, so the wait here used to time out and a sleep ordered it).
+spawn sub pl_watch c subscribe "$ADDR" $CHR --timeout 300
+wait_log 30 sub "subscribed to" || fail "the subscription did not start: $(cat "$(log_of sub)")"
 expect_rc 0 pl p gatt notify $CHR "$NAME --before"
 wait_log 20 sub "--before" || fail "no notification before the fault: $(cat "$(log_of sub)")"
 note "the peripheral goes away: it stops advertising and drops the link from its side"
@@ -57,8 +59,24 @@ wait_for 90 connects || fail "no reconnect (connected event) after the periphera
 read_back() { [ "$("$PEERLINK_BIN/peerlink" --socket "$(pl_socket c)" read "$ADDR" $CHR 2>&1)" = "$NAME --before" ]; }
 wait_for 60 read_back || fail "no read after the reconnect: $("$PEERLINK_BIN/peerlink" --socket "$(pl_socket c)" read "$ADDR" $CHR 2>&1)"
 expect_rc 0 pl c disconnect "$ADDR"
-sleep 3
-connected && fail "reconnected after disconnect (keep mode must end)"
+# Keep mode ends: the disconnect is ours and says no reconnect follows, and for 15 s (a
+# reconnect's first attempt comes 0.5 s after a drop) no attempt, no connection, no link.
+local_disconnect() {
+    "$PY3" - "$(log_of events)" "$ADDR" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+d = [e["data"] for e in ev if e["topic"] == "central.disconnected" and e["data"]["device"] == sys.argv[2]]
+sys.exit(0 if d and d[-1]["reason"] == "local" and d[-1]["will_reconnect"] is False else 1)
+PY
+}
+wait_for 20 local_disconnect || fail "no local disconnect without a reconnect: $(cat "$(log_of events)")"
+count_of() { grep -c "\"device\":\"$ADDR\".*\"topic\":\"$1\"" "$(log_of events)"; }
+attempts=$(count_of central.reconnecting) links=$(count_of central.connected)
+for _ in $(seq 15); do
+    connected && fail "reconnected after disconnect (keep mode must end)"
+    sleep 1
+done
+assert_eq "$(count_of central.reconnecting) $(count_of central.connected)" "$attempts $links" "reconnect attempts and connections after the disconnect"
 note "an address that is not there: a timeout with a clear error"
 t0=$(date +%s)
 expect_rc 1 pl c connect 00:AA:01:09:09:09 --timeout 6

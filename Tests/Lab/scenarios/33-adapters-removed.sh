@@ -28,6 +28,7 @@ active_instances() { test "$(bluez_prop /org/bluez/hci1 org.bluez.LEAdvertisingM
 start_peerlinkd p hci1
 start_peerlinkd c hci0
 PID_P=${PEERLINKD_PID[p]} PID_C=${PEERLINKD_PID[c]}
+C_ADAPTER=$(adapter_addr hci0)  # the central daemon's (its events also tell of other adapters' links)
 expect_rc 0 pl p gatt register "$LAB_REPO/examples/seed-peripheral.json"
 spawn_watch pevents pl_watch p --json watch --topic gatt --topic advertise --topic adapter
 spawn_watch cevents pl_watch c --json watch --topic central --topic adapter
@@ -37,8 +38,9 @@ spawn scan0 pl_watch c --json scan --service $SVC --count 1 --timeout 90
 wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan0)")"
 advertise_until_seen p scan0 "\"$ADDR\"" --name "$NAME" --service $SVC || fail "the peripheral was not found: $(cat "$(log_of scan0)")"
 expect_rc 0 pl c connect "$ADDR" --timeout 40
-spawn sub pl_watch c --json subscribe "$ADDR" $CHR --timeout 300
-wait_for 20 grep -q . "$(log_of sub)" 2>/dev/null; sleep 2
+# Text output: its "subscribed to" line says the subscription is in place.
+spawn sub pl_watch c subscribe "$ADDR" $CHR --timeout 300
+wait_log 30 sub "subscribed to" || fail "the subscription did not start: $(cat "$(log_of sub)")"
 expect_rc 0 pl p gatt notify $CHR "before removal"
 wait_log 20 sub "before removal" || fail "no notification before the removal: $(cat "$(log_of sub)")"
 # A scan kept across the removal (for a service nobody advertises: only its state matters).
@@ -50,10 +52,11 @@ note "every controller removed (btvirt stopped)"
 lab_stop_btvirt || fail "btvirt's controllers did not go away"
 wait_for 30 sh -c "grep '\"topic\":\"central.disconnected\"' '$(log_of cevents)' | grep -q '\"device\":\"$ADDR\"'" \
     || fail "no central.disconnected for $ADDR: $(cat "$(log_of cevents)")"
-py_check "one disconnect, with its reason" "$(log_of cevents)" "$ADDR" <<'PY'
+py_check "one disconnect, with its reason" "$(log_of cevents)" "$ADDR" "$C_ADAPTER" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-d = [e["data"] for e in ev if e["topic"] == "central.disconnected" and e["data"]["device"] == sys.argv[2]]
+d = [e["data"] for e in ev if e["topic"] == "central.disconnected" and e["data"]["device"] == sys.argv[2]
+     and e["data"]["adapter_address"] == sys.argv[3]]
 assert len(d) == 1, d
 # bluetoothd (before 5.80) gives no reason: the daemon says `adapter-off` when bluetoothd
 # reported the adapter powered off before the link down, `remote` (the link lost) when the
@@ -83,6 +86,14 @@ wait_for 20 active_instances || fail "the advertisement is not active on hci1 ag
 expect_rc 0 central --adapter hci2 --service $SVC --char $CHR --read --timeout 60
 assert_contains "$RUN_OUT" "READ " "an independent central reads the re-registered application"
 
+# Still one disconnect for the device: none came later in the removal, nor with the return.
+py_check "one disconnect through the removal and the return" "$(log_of cevents)" "$ADDR" "$C_ADAPTER" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+d = [e["data"] for e in ev if e["topic"] == "central.disconnected" and e["data"]["device"] == sys.argv[2]
+     and e["data"]["adapter_address"] == sys.argv[3]]
+assert len(d) == 1, d
+PY
 note "the central connects and reads again"
 expect_rc 0 pl c connect "$ADDR" --timeout 60
 expect_rc 0 pl c read "$ADDR" $CHR

@@ -21,7 +21,7 @@ note "a publishes \"Recover Me\"; b browses with --resolve"
 pl a --json dnssd publish "Recover Me" _lab-rec._tcp 7000 v=1 >"$LAB_OUT/publish.json" || fail "publish exited $?"
 ID=$(json_get "$LAB_OUT/publish.json" 'd["id"]')
 assert_eq "$(json_get "$LAB_OUT/publish.json" 'd["state"]')" established "state before the restart"
-spawn browse-b pl b --json dnssd browse _lab-rec._tcp --resolve --timeout 100
+spawn browse-b pl_watch b --json dnssd browse _lab-rec._tcp --resolve --timeout 100
 wait_log 15 browse-b '"dnssd.resolved"' || fail "b's browse did not resolve the service: $(cat "$(log_of browse-b)")"
 
 note "kill avahi-daemon"

@@ -76,6 +76,12 @@ note "handshakes the kernel dropped at a full accept queue: $DROPS"
 [ "$DROPS" = 0 ] || fail "the kernel dropped $DROPS of the 1,000 handshakes at a's full accept queue (listen backlog too short)"
 [ "$RC" = 0 ] || fail "the daemon did not close every idle connection: $(cat "$(log_of flood)")"
 assert_contains "$(cat "$(log_of flood)")" "CLOSED-BY-DAEMON 1000/1000" "all 1,000 closed by a"
+assert_contains "$(cat "$(log_of flood)")" "(refused 0)" "closed by a, none refused or reset"
+# Each after the handshake's time (10 s from its accept, which cannot precede its connect):
+# none closed at once.
+first=$(sed -n 's/.*FIRST-CLOSE-AFTER \([0-9.]*\) s.*/\1/p' "$(log_of flood)")
+[ -n "$first" ] && "$PY3" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 9.0 else 1)" "$first" \
+    || fail "a closed an idle connection $first s after it opened (the handshake's time is 10 s)"
 kill -0 "$APID" || fail "a died"
 # Descriptors back: a's baseline plus its one session with b.
 wait_for 20 sh -c "[ \$(ls /proc/$APID/fd | wc -l) -le $(( FD0 + 1 )) ]" \

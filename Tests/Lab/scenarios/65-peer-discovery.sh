@@ -41,8 +41,8 @@ assert i["port"] == int(sys.argv[2]), i
 assert sorted(i["txt"]) == sorted(["pv=1", "pid=" + sys.argv[3], "pn=KenshinCui_Advertiser", "room=lab"]), i["txt"]
 PY
 
-spawn a-watch pl_watch a --json peer watch
-spawn b-watch pl_watch b --json peer watch
+spawn_watch a-watch pl_watch a --json peer watch
+spawn_watch b-watch pl_watch b --json peer watch
 spawn b-browse pl_watch b --json peer browse cmj-stream --timeout 90
 spawn a-browse pl_watch a --json peer browse cmj-stream --timeout 90
 wait_log 15 b-browse "$A_HEX" || fail "b's browse never found a: $(cat "$(log_of b-browse)")"

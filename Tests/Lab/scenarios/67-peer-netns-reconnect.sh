@@ -56,6 +56,13 @@ ip -n plpeer1 link set pl0 down || fail "cannot take plpeer1's link down"
 wait_for 15 sh -c "[ \$(grep -F '\"topic\":\"peer.disconnected\"' '$(log_of ev-p2)' | grep -cF '\"was_connected\":true') -ge 2 ]" \
     || fail "p2 never reported the second loss: $(tail -n 8 "$(log_of ev-p2)")"
 assert_eq "$(event_count p2 peer.reconnecting)" "$REDIALS" "no redial of a forgotten peer"
+# ... nor later, once the link is back (a redial scheduled at the loss, or one the link's
+# return sets off).
+ip -n plpeer1 link set pl0 up || fail "cannot bring plpeer1's link up"
+for _ in $(seq 10); do
+    [ "$(event_count p2 peer.reconnecting)" = "$REDIALS" ] || fail "p2 redialled the peer it forgot: $(tail -n 8 "$(log_of ev-p2)")"
+    sleep 1
+done
 
 stop_peerlinkd p1; stop_peerlinkd p2
 peer_net_cleanup

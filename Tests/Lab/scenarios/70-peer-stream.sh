@@ -6,7 +6,7 @@
 # commands exit 0 only then; a client declines (the writer exits 1 with `declined`); the
 # reader leaves half way (the writer hears `cancelled`); the writing command is killed with
 # SIGKILL half way (the reader hears `cancelled` and keeps no file); p1's daemon is killed mid-stream
-# (the writer exits 1 with the session's reason, the reader's file is not left under its
+# (the writer exits 1 with the daemon's reason for the stream's end, the reader's file is not left under its
 # final name). `peer streams` lists a stream while it runs.
 # timeout: 480
 . "$LAB_DIR/lib.sh"
@@ -110,6 +110,8 @@ peer_kill9 p1
 wait "$W"; RC=$?
 [ "$RC" = 1 ] || fail "open-stream whose reader's daemon died exited $RC: $(cat "$(log_of writer-5)")"
 assert_contains "$(cat "$(log_of writer-5)")" "ended: " "the writer says how it ended"
+# ... with the daemon's reason for the stream's end (its peer.stream-closed), not a guess.
+assert_not_contains "$(cat "$(log_of writer-5)")" "ended: unknown" "the writer's reason is the daemon's"
 wait "$R"; RC=$?
 [ "$RC" = 1 ] || fail "accept-stream whose daemon died exited $RC: $(cat "$(log_of reader-5)")"
 [ ! -e "$F/long.out" ] || fail "a cut stream was saved under its final name"

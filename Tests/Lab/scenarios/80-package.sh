@@ -113,8 +113,11 @@ _LIB_PIDS+=("$D")
 up() { timeout 5 /usr/bin/peerlink status >/dev/null 2>&1; [ $? -le 2 ]; }
 wait_for 20 up || fail "the installed daemon did not answer on /run/peerlink/control.sock: $(tail -n 5 "$LAB_OUT/peerlinkd-installed.log")"
 assert_eq "$(ps -o user= -p "$D" | tr -d ' ')" peerlink "the daemon's user"
-[ "$(stat -c %U /var/lib/peerlink/identity.key 2>/dev/null || stat -c %U /var/lib/peerlink)" = peerlink ] \
-    || fail "the state directory is not the daemon's"
+# The daemon made its identity in its state directory, its own and private (the directory
+# above was made by this scenario, as systemd would: it proves nothing).
+wait_for 10 test -e /var/lib/peerlink/peer/identity.key || fail "no identity in /var/lib/peerlink/peer: $(ls -laR /var/lib/peerlink)"
+assert_eq "$(stat -c '%U %a' /var/lib/peerlink/peer/identity.key)" "peerlink 600" "the identity key's owner and mode"
+assert_eq "$(stat -c '%U' /var/lib/peerlink/peer)" peerlink "the owner of the daemon's state"
 SVC=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D11
 CHR=5A1D0F4E-2B7C-4E1A-9C33-6E0B8F2A7D12
 cat >"$LAB_OUT/app.json" <<JSON
