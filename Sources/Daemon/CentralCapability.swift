@@ -31,6 +31,10 @@ final class CentralCapability: DaemonCapability {
         ctx.register(ControlMethod.centralScanStop) { p, req throws(RPCError) in
             try p.rejectUnknown(allowed: ["scan"])
             if let id = try p.optionalString("scan") {
+                // Another connection's scan is not this one's to stop (its events go to its owner).
+                guard await c.scanList.contains(where: { $0.id == id && $0.owner == req.clientID }) else {
+                    throw UnknownCentralID(what: "scan", id: id).rpcError
+                }
                 guard await c.stopScan(id) else { throw UnknownCentralID(what: "scan", id: id).rpcError }
                 return ["stopped": .array([.string(id)])]
             }
@@ -115,9 +119,12 @@ final class CentralCapability: DaemonCapability {
             return ["subscription": .string(s.id), "device": .string(address.description), "characteristic": .string(uuid.uuidString),
                     "via": .string(s.via), "mtu": BLEJSON.int(s.mtu), "fd": .bool(s.streamFD != nil)]
         }
-        ctx.register(ControlMethod.centralUnsubscribe) { p, _ throws(RPCError) in
+        ctx.register(ControlMethod.centralUnsubscribe) { p, req throws(RPCError) in
             try p.rejectUnknown(allowed: ["subscription"])
             let id = try p.string("subscription")
+            guard await c.subscriptionList.contains(where: { $0.id == id && $0.owner == req.clientID }) else {
+                throw UnknownCentralID(what: "subscription", id: id).rpcError
+            }
             guard await c.unsubscribe(id) else { throw UnknownCentralID(what: "subscription", id: id).rpcError }
             return ["subscription": .string(id), "ended": true]
         }
@@ -247,6 +254,7 @@ struct UnknownCentralID: Error, RPCErrorConvertible {
     let id: String
 
     var rpcError: RPCError {
-        RPCError(code: RPCErrorCode.notFound, message: "no \(what) \(id)", data: ["kind": "not-found", "what": .string(what), "id": .string(id)])
+        RPCError(code: RPCErrorCode.notFound, message: "no \(what) \(id) of this connection's (a \(what) belongs to the connection that made it)",
+                 data: ["kind": "not-found", "what": .string(what), "id": .string(id)])
     }
 }

@@ -627,6 +627,26 @@ final class FakeCentralBlueZ: Sendable {
         _ = try h.call("central.disconnect", ["address": "00:AA:01:09:00:0D"])
     }
 
+    /// A scan or subscription is its connection's: another connection cannot stop it (the
+    /// ids are sequential and `central.status` lists everyone's), and the owner's goes on.
+    @Test func anotherConnectionCannotStopAScanOrSubscription() async throws {
+        let (bus, fake, h) = try await start()
+        defer { h.stop(); _ = bus }
+        fake.addDevice("00:AA:01:09:00:0E", name: "mine", uuids: [Self.hr], rssi: -50)
+        _ = try h.call("central.connect", ["address": "00:AA:01:09:00:0E", "timeout": 20])
+        let owner = try RawClient(h.socketPath), other = try RawClient(h.socketPath)
+        let scan = try #require(try owner.call("central.scan", [:])["scan"]?.stringValue)
+        let sub = try #require(try owner.call("central.subscribe", ["address": "00:AA:01:09:00:0E", "characteristic": "2a37"])["subscription"]?.stringValue)
+        let stop = try other.request("central.scan.stop", ["scan": .string(scan)])
+        #expect(stop["error"]?["code"]?.intValue == Int64(RPCErrorCode.notFound), "\(stop)")
+        let unsub = try other.request("central.unsubscribe", ["subscription": .string(sub)])
+        #expect(unsub["error"]?["code"]?.intValue == Int64(RPCErrorCode.notFound), "\(unsub)")
+        let status = try h.call("central.status")
+        #expect(status["scans"]?.arrayValue?.count == 1 && status["subscriptions"]?.arrayValue?.count == 1, "\(status)")
+        #expect(try owner.call("central.unsubscribe", ["subscription": .string(sub)])["ended"] == true)
+        #expect(try owner.call("central.scan.stop", ["scan": .string(scan)])["stopped"] == [.string(scan)])
+    }
+
     /// Waits (up to 10 s) until the daemon's log has `text`.
     static func waitForLog(_ h: DaemonHarness, _ text: String) async throws {
         let deadline = Date().addingTimeInterval(10)

@@ -59,7 +59,7 @@ import Testing
             message: "reading 2a37 failed: org.bluez.Error.NotPermitted: Read not permitted", kind: "bluez-error"),
         Row(error: CentralError.notSupported("indications"), code: -32007, message: "not supported: indications", kind: "not-supported"),
         Row(error: CentralError.invalid("value", "longer than MTU-3 (20)"), code: -32602, message: "invalid params: value: longer than MTU-3 (20)", kind: nil),
-        Row(error: UnknownCentralID(what: "scan", id: "scan-9"), code: -32009, message: "no scan scan-9", kind: "not-found"),
+        Row(error: UnknownCentralID(what: "scan", id: "scan-9"), code: -32009, message: "no scan scan-9 of this connection's (a scan belongs to the connection that made it)", kind: "not-found"),
     ] }
 
     static var advertise: [Row] { [
