@@ -116,10 +116,31 @@ public final class PairingAgent: Sendable {
     /// The policy now.
     public var policy: AgentPolicy { state.withLock { $0.policy } }
 
-    /// Changes the policy and registers again with the capability it needs.
+    /// Changes the policy and registers again with the capability it needs. When that fails,
+    /// the policy is what it was and bluetoothd is brought back to it (said "the policy stays
+    /// as it was" while the new one stayed set: `agent policy` then showed a passkey policy
+    /// bluetoothd had never been told, under which the kernel bonds anyone "just works").
     public func setPolicy(_ p: AgentPolicy) async throws {
-        state.withLock { $0.policy = p }
-        if let c = connection.withLock({ $0 }) { try await register(on: c) }
+        let old = state.withLock { s -> AgentPolicy in
+            defer { s.policy = p }
+            return s.policy
+        }
+        guard let c = connection.withLock({ $0 }) else { return }
+        do {
+            try await register(on: c)
+        } catch {
+            let restored = state.withLock { s -> Bool in
+                guard s.policy == p else { return false }  // another change came since: it stands
+                s.policy = old
+                return true
+            }
+            if restored {
+                do { try await register(on: c) } catch {
+                    logger.error("pairing agent not registered again after a failed change", ["agent.policy": old.description, "error": "\(error)"])
+                }
+            }
+            throw error
+        }
     }
 
     /// Answers a pending request; false when there is no such request (it may have timed out).
@@ -152,8 +173,27 @@ public final class PairingAgent: Sendable {
         }?.cancel()
     }
 
-    /// RegisterAgent + RequestDefaultAgent (after UnregisterAgent, to change the capability).
+    /// The registrations in flight, one after another: two at once (a policy change while
+    /// bluetoothd came back) had the second refused AlreadyExists, and the capability
+    /// registered was the one read first, not the policy in force.
+    private let registrations = Mutex<Task<Void, any Error>?>(nil)
+
+    /// Registers with the policy in force when its turn comes (after any registration under way).
     func register(on c: BusConnection) async throws {
+        let turn = registrations.withLock { last -> Task<Void, any Error> in
+            let previous = last
+            let t = Task { [self] in
+                _ = await previous?.result
+                try await registerNow(on: c)
+            }
+            last = t
+            return t
+        }
+        try await turn.value
+    }
+
+    /// RegisterAgent + RequestDefaultAgent (after UnregisterAgent, to change the capability).
+    private func registerNow(on c: BusConnection) async throws {
         let p = policy
         _ = try? await c.call(destination: BlueZNames.service, path: "/org/bluez", interface: "org.bluez.AgentManager1",
                               member: "UnregisterAgent", [.objectPath(Self.path)], timeout: .seconds(5))

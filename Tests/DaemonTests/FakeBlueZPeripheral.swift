@@ -18,6 +18,8 @@ final class FakePeripheralManagers: Sendable {
         var ads: [ObjectPath: [String: DBusValue]] = [:]
         var adOwner: String?
         var agent: (owner: String, path: ObjectPath, capability: String)?
+        /// RegisterAgent calls to refuse (a bluetoothd that says no).
+        var refuseAgentRegistrations = 0
         var supportedInstances: UInt8 = 4
     }
 
@@ -95,7 +97,16 @@ final class FakePeripheralManagers: Sendable {
         ]])
         let agents = InterfaceSpec("org.bluez.AgentManager1", methods: [
             MethodSpec("RegisterAgent", inputs: [("agent", "o"), ("capability", "s")]) { [box] call, reply in
-                box.state.withLock { $0.agent = (call.sender!, call.arguments[0].objectPath!, call.arguments[1].string!) }
+                let refuse = box.state.withLock { s -> Bool in
+                    guard s.refuseAgentRegistrations > 0 else {
+                        s.agent = (call.sender!, call.arguments[0].objectPath!, call.arguments[1].string!)
+                        return false
+                    }
+                    s.refuseAgentRegistrations -= 1
+                    s.agent = nil  // the UnregisterAgent before it went through
+                    return true
+                }
+                if refuse { return reply.fail(BusError(name: "org.bluez.Error.Failed", message: "refused by the test")) }
                 reply.succeed()
             },
             MethodSpec("UnregisterAgent", inputs: [("agent", "o")]) { _, reply in reply.succeed() },

@@ -431,6 +431,25 @@ import Glibc
         #expect(r.managers.box.state.withLock { $0.ads.isEmpty })
     }
 
+    /// A policy change bluetoothd refuses leaves the policy as it was, in the daemon and in
+    /// bluetoothd (registered again with the old capability): `agent.policy` showed the new
+    /// policy while bluetoothd had none, or the old capability, in force.
+    @Test func aRefusedPolicyChangeLeavesTheOldOneInForce() async throws {
+        let r = try await Self.rig(extraConfig: "[agent]\npolicy = just-works\n")
+        defer { r.daemon.stop() }
+        let deadline = Date().addingTimeInterval(5)
+        while r.managers.box.state.withLock({ $0.agent }) == nil, Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(r.managers.box.state.withLock { $0.agent?.capability } == "NoInputNoOutput")
+        r.managers.box.state.withLock { $0.refuseAgentRegistrations = 1 }
+        let refused = try RawClient(r.daemon.socketPath).request("agent.policy", ["policy": "passkey 123456"])
+        #expect(refused["error"] != nil, "\(refused)")
+        #expect(try r.daemon.call("agent.policy")["policy"] == "just-works")
+        #expect(r.managers.box.state.withLock { $0.agent?.capability } == "NoInputNoOutput", "registered again as it was")
+        _ = try r.daemon.call("agent.policy", ["policy": "passkey 123456"])
+        #expect(try r.daemon.call("agent.policy")["policy"] == "passkey 123456")
+        #expect(r.managers.box.state.withLock { $0.agent?.capability } == "KeyboardDisplay")
+    }
+
     @Test func pairingAgentPolicies() async throws {
         let r = try await Self.rig(extraConfig: "[agent]\npolicy = just-works\ntimeout = 1\n")
         defer { r.daemon.stop() }
