@@ -257,6 +257,10 @@ public actor GattServer {
     private func forgetRegistrations(_ address: BluetoothAddress?) {
         for id in order where address == nil || applications[id]?.registeredOn == address {
             applications[id]?.registeredOn = nil
+            // bluetoothd's subscriptions went with it (no StopNotify comes from a bluetoothd
+            // that died): a count left standing made notify say it reached centrals that
+            // were gone, and never came back to 0.
+            for c in applications[id]?.app.characteristics ?? [] { c.forgetSubscribers() }
         }
     }
 

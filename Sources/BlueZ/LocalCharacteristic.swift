@@ -173,6 +173,17 @@ public final class LocalCharacteristic: Sendable {
         return waiting.isEmpty ? nil : NotifyRest(targets: waiting, values: values)
     }
 
+    /// bluetoothd lost the application (it stopped, or the adapter went): its StartNotify
+    /// subscribers are gone, each reported unsubscribed. (AcquireNotify's sessions end by
+    /// themselves: bluetoothd's ends of their sockets close.)
+    func forgetSubscribers() {
+        let dbus = state.withLock { s -> Int in
+            defer { s.dbusSubscribers = 0 }
+            return s.dbusSubscribers
+        }
+        for _ in 0..<dbus { onEvent(.unsubscribed(application: application, uuid: uuid, device: nil)) }
+    }
+
     // MARK: D-Bus side (on the connection's queue)
 
     func attach(_ c: BusConnection?, perDeviceNotify: Bool) {

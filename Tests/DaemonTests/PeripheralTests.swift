@@ -390,6 +390,10 @@ import Glibc
         _ = try watcher.call("events.subscribe", ["topics": ["gatt", "advertise"]])
         _ = try r.daemon.call("gatt.register", ["definition": Self.definition])
         _ = try r.daemon.call("advertise.start", ["name": "Kenshin Cui's Device", "services": [.string(Self.svc)]])
+        // A central subscribed through StartNotify (bluetoothd's path without AcquireNotify).
+        let c = try #require(r.managers.object("org.bluez.GattCharacteristic1", uuid: Self.chr))
+        _ = try await r.managers.callCharacteristic(c, "StartNotify", [])
+        #expect(try r.daemon.call("gatt.notify", ["uuid": .string(Self.chr), "value": "before"])["subscribers"] == 1)
         r.fake.connection.close()
         let fake2 = try await FakeBlueZ(busAddress: r.bus.address, adapters: [.init(name: "hci0", address: "00:AA:01:00:00:00")], claimName: false)
         let managers2 = try FakePeripheralManagers(on: fake2)
@@ -404,6 +408,9 @@ import Glibc
         #expect(managers2.box.state.withLock { $0.registrations } == 1)
         #expect(managers2.object("org.bluez.GattCharacteristic1", uuid: Self.chr) != nil)
         #expect(managers2.box.state.withLock { $0.ads.count } == 1)
+        // The subscriber went with the old bluetoothd (no StopNotify comes from one that died).
+        let after = try RawClient(r.daemon.socketPath).request("gatt.notify", ["uuid": .string(Self.chr), "value": "after"])
+        #expect(after["error"]?["data"]?["kind"] == "no-subscribers", "\(after)")
     }
 
     @Test func advertisingChecksSizeAndInstances() async throws {
