@@ -48,10 +48,17 @@ public final class GattReadBroker: Sendable {
         }
     }
 
-    /// Reads of `c` are answered with its stored value again.
-    public func release(_ c: LocalCharacteristic) {
-        _ = state.withLock { $0.handlers.removeValue(forKey: Self.key(c)) }
-        c.setReadHandler(nil)
+    /// Reads of `c` are answered with its stored value again, when `owner` handles them
+    /// (another connection's handler is not this one's to remove); false when it does not.
+    @discardableResult
+    public func release(_ c: LocalCharacteristic, by owner: UInt64) -> Bool {
+        let released = state.withLock { s -> Bool in
+            guard s.handlers[Self.key(c)]?.owner == owner else { return false }
+            s.handlers.removeValue(forKey: Self.key(c))
+            return true
+        }
+        if released { c.setReadHandler(nil) }
+        return released
     }
 
     /// `owner`'s answer to request `id`: the value, or the ATT error to give the central.

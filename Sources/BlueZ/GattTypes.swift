@@ -104,6 +104,8 @@ public enum GattNotifyError: Error, Sendable, Hashable, CustomStringConvertible 
     case noSubscribers(BluetoothUUID)
     /// The value does not fit in one notification.
     case tooLong(length: Int, limit: Int, mtu: Int?)
+    /// Longer than the characteristic's `max_length` (its definition's bound, not the link's).
+    case overMaxLength(length: Int, maxLength: Int)
     /// The device has no notification session of its own.
     case deviceNotSubscribed(BluetoothAddress, perDeviceSupported: Bool)
     /// Writing to the notification socket failed.
@@ -120,6 +122,7 @@ public enum GattNotifyError: Error, Sendable, Hashable, CustomStringConvertible 
         case .tooLong(let n, let limit, let mtu):
             if let mtu { "the value is \(n) bytes but one notification carries at most \(limit) (ATT MTU \(mtu) - 3)" }
             else { "the value is \(n) bytes but the MTU of this subscription is unknown (it came through StartNotify), so at most \(limit) bytes (the minimum ATT MTU 23 - 3) are sure to arrive whole" }
+        case .overMaxLength(let n, let max): "the value is \(n) bytes, over the characteristic's max_length \(max)"
         case .deviceNotSubscribed(let d, let perDevice):
             perDevice ? "device \(d) is not subscribed"
             : "device \(d) has no notification session of its own: this bluetoothd shares one session among all subscribers (per-device notification needs BlueZ 5.69 or newer); notify without --device"

@@ -58,7 +58,7 @@ public final class LocalCharacteristic: Sendable {
 
     /// Replaces the stored value (what the next read returns); no notification.
     public func setValue(_ v: [UInt8]) throws(GattNotifyError) {
-        guard v.count <= definition.maxLength else { throw .tooLong(length: v.count, limit: definition.maxLength, mtu: nil) }
+        guard v.count <= definition.maxLength else { throw .overMaxLength(length: v.count, maxLength: definition.maxLength) }
         let c = state.withLock { s -> BusConnection? in
             s.value = v
             return s.connection
@@ -98,7 +98,7 @@ public final class LocalCharacteristic: Sendable {
         if targets.isEmpty, longest > 20 {
             throw .tooLong(length: longest, limit: 20, mtu: nil)
         }
-        guard longest <= definition.maxLength else { throw .tooLong(length: longest, limit: definition.maxLength, mtu: nil) }
+        guard longest <= definition.maxLength else { throw .overMaxLength(length: longest, maxLength: definition.maxLength) }
         return (targets, connection)
     }
 

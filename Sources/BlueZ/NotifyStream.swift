@@ -157,7 +157,7 @@ public final class NotifyStream: Sendable {
                 if let last = fitting.last { try? c.setValue(last) }
                 stream.count { $0.unsent += fitting.count }
                 if fitting.count < batch.count {
-                    return .tooLong(GattNotifyError.tooLong(length: batch[fitting.count].count, limit: max, mtu: nil).description)
+                    return .tooLong(GattNotifyError.overMaxLength(length: batch[fitting.count].count, maxLength: max).description)
                 }
                 return nil
             case .interrupted(let sent, let of, _):
@@ -170,7 +170,7 @@ public final class NotifyStream: Sendable {
             case .failed:
                 stream.count { $0.unsent += batch.count }
                 return nil
-            case .tooLong:
+            case .tooLong, .overMaxLength:
                 // Values before the long one still go out, in order.
                 let fitting = batch.prefix { fits($0, c, device: device) }
                 if !fitting.isEmpty, let end = await send(Array(fitting), c, device: device, stream: stream) { return end }
@@ -186,7 +186,10 @@ public final class NotifyStream: Sendable {
         do throws(GattNotifyError) {
             try c.checkNotifyLength(v.count, device: device)
         } catch {
-            if case .tooLong = error { return false }
+            switch error {
+            case .tooLong, .overMaxLength: return false
+            default: break
+            }
         }
         return true
     }

@@ -27,14 +27,25 @@ final class AdvertiseCapability: DaemonCapability {
             let selector = try BLEParams.adapter(params) ?? ctx.defaultAdapter.flatMap(AdapterSelector.init)
             return Self.json(try await rpc { try await adv.add(def, adapter: selector) })
         }
-        ctx.register(ControlMethod.advertiseStop) { params, _ throws(RPCError) in
+        ctx.register(ControlMethod.advertiseStop) { params, _ throws(RPCError) -> JSONValue in
             try params.rejectUnknown(allowed: ["id"])
-            let ids: [String]
-            if let id = try params.optionalString("id") { ids = [id] } else { ids = await adv.list.map(\.id) }
-            for id in ids {
+            if let id = try params.optionalString("id") {
                 try await rpc { try await adv.remove(id) }
+                return ["stopped": .array([.string(id)])]
             }
-            return ["stopped": .array(ids.map { .string($0) })]
+            // All: one that ended meanwhile (its timeout, another client) is passed over, not
+            // an error about an id the caller never gave that left the rest running.
+            var stopped: [JSONValue] = []
+            for id in await adv.list.map(\.id) {
+                do throws(AdvertiseError) {
+                    try await adv.remove(id)
+                    stopped.append(.string(id))
+                } catch {
+                    if case .unknown = error { continue }
+                    throw error.rpcError
+                }
+            }
+            return ["stopped": .array(stopped)]
         }
         ctx.register(ControlMethod.advertiseList) { params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: [])

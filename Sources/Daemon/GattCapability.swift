@@ -85,7 +85,16 @@ final class GattCapability: DaemonCapability {
             try params.rejectUnknown(allowed: ["uuid", "app", "enable"])
             let c = try Self.characteristic(params, gatt)
             let enable = try params.optionalBool("enable") ?? true
-            if enable { reads.handle(c, by: rc.clientID) } else { reads.release(c) }
+            let owner = rc.clientID
+            if enable {
+                reads.handle(c, by: owner)
+                // A client dropped while this ran (a batch goes on after its close) would hold
+                // the reads for ever: every central's read refused until another took over.
+                rc.onConnectionClose { reads.release(c, by: owner) }
+            } else if !reads.release(c, by: owner), c.hasReadHandler {
+                throw RPCError(code: RPCErrorCode.invalidState, message: "reads of \(c.uuid.uuidString) are handled by another connection",
+                               data: ["kind": "not-yours"])
+            }
             return GattJSON.characteristic(c, ["handled": .bool(enable)])
         }
         ctx.register(ControlMethod.gattRespond) { params, rc throws(RPCError) in
@@ -190,7 +199,7 @@ extension GattNotifyError: RPCErrorConvertible {
         case .unknownCharacteristic: kind = "unknown-characteristic"
         case .notNotifiable: kind = "not-notifiable"
         case .noSubscribers: kind = "no-subscribers"
-        case .tooLong: kind = "too-long"
+        case .tooLong, .overMaxLength: kind = "too-long"
         case .deviceNotSubscribed: kind = "device-not-subscribed"
         case .failed: kind = "failed"
         case .interrupted(let sent, _, _):

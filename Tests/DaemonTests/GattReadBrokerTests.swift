@@ -103,7 +103,8 @@ import Testing
         broker.ownerGone(8)
         _ = await read.value
         broker.handle(c, by: 9)
-        broker.release(c)
+        #expect(!broker.release(c, by: 10) && c.hasReadHandler, "another owner's handler is not released")
+        #expect(broker.release(c, by: 9))
         // Released: bluetoothd's reads get the stored value again (no handler to ask).
         #expect(!c.hasReadHandler && c.value == Array("stored".utf8))
     }

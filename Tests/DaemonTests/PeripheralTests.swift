@@ -381,6 +381,14 @@ import Glibc
         }
         _ = try handler.call("gatt.respond", ["request": req["request"]!, "value": "fits"])
         #expect(try await read.value().first?.byteArray == Array("fits".utf8))
+        // A stored value over max_length says so (it spoke of an unknown MTU and StartNotify).
+        let set = try RawClient(r.daemon.socketPath).request("gatt.set", ["uuid": .string(Self.chr), "value": "far too long"])
+        #expect(set["error"]?["message"]?.stringValue?.contains("over the characteristic's max_length 8") == true, "\(set)")
+        // Another connection cannot take the handler away (it could, and the owner's reads
+        // silently went back to the stored value).
+        let other = try RawClient(r.daemon.socketPath).request("gatt.handle-reads", ["uuid": .string(Self.chr), "enable": false])
+        #expect(other["error"]?["data"]?["kind"] == "not-yours", "\(other)")
+        #expect(try handler.call("gatt.handle-reads", ["uuid": .string(Self.chr), "enable": false])["handled"] == false)
     }
 
     @Test func bluetoothdRestartRegistersEverythingAgain() async throws {
