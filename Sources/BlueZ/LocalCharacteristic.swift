@@ -118,20 +118,29 @@ public final class LocalCharacteristic: Sendable {
         let targets: [NotifySession]
         let values: [[UInt8]]
 
-        /// Sends the rest, waiting while sockets are full.
+        /// Sends the rest, waiting while sockets are full. A central that leaves meanwhile is
+        /// one that unsubscribed: the others still get every value (they lost them when one
+        /// before them in the list left). The error is the first failure's, and only when no
+        /// target took every value.
         public func finish() async throws(GattNotifyError) {
+            var firstFailure: GattNotifyError?
+            var whole = 0
             for t in targets {
                 var sent = 0
                 for value in values {
                     do throws(GattNotifyError) {
                         try await t.send(value)
                     } catch {
-                        if values.count == 1 { throw error }
-                        throw .interrupted(sent: sent, of: values.count, reason: error.description)
+                        if firstFailure == nil {
+                            firstFailure = values.count == 1 ? error : .interrupted(sent: sent, of: values.count, reason: error.description)
+                        }
+                        break
                     }
                     sent += 1
                 }
+                if sent == values.count { whole += 1 }
             }
+            if whole == 0, let firstFailure { throw firstFailure }
         }
     }
 
@@ -160,15 +169,18 @@ public final class LocalCharacteristic: Sendable {
             return nil
         }
         var waiting: [NotifySession] = []
+        var taken = 0
         for t in targets {
             switch t.offer(values) {
-            case .accepted: continue
+            case .accepted: taken += 1
             case .full: waiting.append(t)
-            case .closed:
-                let e = GattNotifyError.failed("the central's session is closed")
-                if values.count == 1 { throw e }
-                throw .interrupted(sent: 0, of: values.count, reason: e.description)
+            case .closed: continue  // leaving (its end is being reported): the others still get them
             }
+        }
+        if taken == 0 && waiting.isEmpty {
+            let e = GattNotifyError.failed("the central's session is closed")
+            if values.count == 1 { throw e }
+            throw .interrupted(sent: 0, of: values.count, reason: e.description)
         }
         return waiting.isEmpty ? nil : NotifyRest(targets: waiting, values: values)
     }

@@ -147,6 +147,43 @@ import Glibc
         return n < 0 ? nil : Array(buf[0..<n])
     }
 
+    /// Two centrals subscribed (a session each), both slow; one leaves while notifications
+    /// wait for room: the other still gets every value, and no notify fails (one before it
+    /// in the list leaving made it miss the value, and every later notify failed).
+    @Test func aCentralLeavingCostsTheOthersNothing() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        _ = try r.daemon.call("gatt.register", ["definition": Self.definition])
+        let c = try #require(r.managers.object("org.bluez.GattCharacteristic1", uuid: Self.chr))
+        func acquire(_ device: String) async throws -> Int32 {
+            let acquired = try await r.managers.callCharacteristic(c, "AcquireNotify", [FakePeripheralManagers.options(device: device, mtu: 100)])
+            guard case .unixFD(let fd) = acquired[0] else { throw TestSupportError("no fd") }
+            return try fd.duplicate()
+        }
+        let leaving = try await acquire("/org/bluez/hci0/dev_00_AA_01_01_00_01")
+        let staying = try await acquire("/org/bluez/hci0/dev_00_AA_01_01_00_02")
+        defer { closeQuietly(staying) }
+        // More than both sockets and outboxes hold: the notifies wait for room.
+        let n = 400
+        let client = try RawClient(r.daemon.socketPath)
+        var lines = ""
+        for i in 0..<n {
+            let v = String(format: "%04d", i) + String(repeating: "x", count: 86)
+            lines += "{\"jsonrpc\":\"2.0\",\"id\":\(i),\"method\":\"gatt.notify\",\"params\":{\"uuid\":\"\(Self.chr)\",\"value\":\"\(v)\"}}\n"
+        }
+        try client.send(lines)
+        var replies: [JSONValue] = []
+        while let m = (try? client.readJSON(timeout: 0.5)) ?? nil { replies.append(m) }  // until they wait
+        closeQuietly(leaving)  // bluetoothd closes the leaving central's socket
+        var got: [String] = []
+        while got.count < n, let p = try Self.packet(staying, timeout: 10) { got.append(String(decoding: p.prefix(4), as: UTF8.self)) }
+        let expected = (0..<n).map { String(format: "%04d", $0) }
+        let missing = expected.filter { !got.contains($0) }
+        #expect(missing.isEmpty && got == expected, "the staying central got every value, in order: missing \(missing), \(got.count) of \(n)")
+        while replies.count < n, let m = try client.readJSON(timeout: 10) { replies.append(m) }
+        #expect(replies.count == n && replies.allSatisfy { $0["error"] == nil }, "\(replies.first { $0["error"] != nil } ?? .null)")
+    }
+
     @Test func notifyStreamThroughAPassedSocket() async throws {
         let r = try await Self.rig()
         defer { r.daemon.stop() }
