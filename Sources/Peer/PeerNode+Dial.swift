@@ -182,7 +182,7 @@ extension PeerNode {
 
     /// A dial that never got a connection leaves the table.
     private func abandonDial(_ id: UInt64) {
-        state.withLock { $0.table.abandonDial(id) }
+        apply(state.withLock { $0.table.abandonDial(id, now: .now, random: Double.random(in: 0...1)) })
     }
 
     /// `peer`'s session, if it is up.
@@ -256,7 +256,7 @@ extension PeerNode {
         queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
             guard let self else { return }
             let targets = self.state.withLock { s -> [HostPort]? in
-                guard !s.stopped, s.table.redialDue(peer) else { return nil }
+                guard !s.stopped, s.table.redialDue(peer, attempt: attempt) else { return nil }
                 var list = s.lastReached[peer].map { [$0] } ?? []
                 for a in s.addressSource?(peer) ?? [] where !list.contains(a) { list.append(a) }
                 return list

@@ -76,11 +76,13 @@ public struct SessionTable: Sendable {
     /// invitations are accepted without asking, on both sides, so a session comes back by
     /// itself.
     private var resumable: Set<PeerID> = []
-    /// Trusted peers with a redial scheduled and not yet due (`redialDue`): one chain of
-    /// attempts per peer, however many of its connections end meanwhile (two closes in one
-    /// attempt, say an address where another board answered and then the next address,
-    /// scheduled two chains that ran side by side).
-    private var redialPending: Set<PeerID> = []
+    /// Trusted peers with a redial scheduled and not yet due (`redialDue`), with the attempt
+    /// it is: one chain of attempts per peer, however many of its connections end meanwhile
+    /// (two closes in one attempt, say an address where another board answered and then the
+    /// next address, scheduled two chains that ran side by side). A timer whose attempt is
+    /// not the one pending is an earlier chain's (a session came up since, or a user ended
+    /// it): it dials nobody.
+    private var redialPending: [PeerID: Int] = [:]
     /// Trusted peers whose redials gave up: not redialled again until a session with them
     /// comes up (a later close of one of their connections does not start a new chain).
     private var gaveUpOn: Set<PeerID> = []
@@ -140,9 +142,16 @@ public struct SessionTable: Sendable {
 
     /// A dial registered with `dialing` that never got a connection (unreachable, or its
     /// rival won while it dialled): forgotten.
-    public mutating func abandonDial(_ id: ConnectionID) {
-        guard entries[id]?.connected == false else { return }
+    ///
+    /// A trusted peer in a chain of redials (its attempt due while this dial was under way
+    /// was let go: a connection existed) gets its next attempt now, if nothing else is left
+    /// to bring the session back; the chain died there before.
+    public mutating func abandonDial(_ id: ConnectionID, now: ContinuousClock.Instant, random: Double) -> [Action] {
+        guard let entry = entries[id], !entry.connected else { return [] }
         entries[id] = nil
+        guard let peer = entry.peer, let failures = trusted[peer], failures > 0, redialPending[peer] == nil,
+              shouldRedial(peer) else { return [] }
+        return scheduleRedial(peer, failures: failures, now: now, random: random)
     }
 
     /// Whether `id` lost a tie-break (it was closed as `duplicate` or `replaced`).
@@ -219,7 +228,7 @@ public struct SessionTable: Sendable {
         entries[id] = entry
         wanted.remove(peer)
         resumable.remove(peer)
-        redialPending.remove(peer)
+        redialPending[peer] = nil
         gaveUpOn.remove(peer)
         if trusted[peer] != nil { trusted[peer] = 0 }
         guard reported[peer] == nil else { return [] }
@@ -248,6 +257,7 @@ public struct SessionTable: Sendable {
         // stopped is (a restart or a reboot: it comes back); this side's own stop dials nobody.
         if Self.endsByChoice(reason) {
             resumable.remove(peer)
+            redialPending[peer] = nil  // a redial already scheduled dials nobody
             return out
         }
         return out + scheduleRedial(peer, failures: failures, now: now, random: random)
@@ -284,7 +294,7 @@ public struct SessionTable: Sendable {
     /// unless a session with it is up or this side is redialling it, its invitations are
     /// answered by the policy again.
     public mutating func resumeWindowEnded(_ peer: PeerID) {
-        guard reported[peer] == nil, !redialPending.contains(peer), trusted[peer] ?? 0 == 0 else { return }
+        guard reported[peer] == nil, redialPending[peer] == nil, trusted[peer] ?? 0 == 0 else { return }
         resumable.remove(peer)
     }
 
@@ -294,10 +304,12 @@ public struct SessionTable: Sendable {
         trusted[peer] != nil && reported[peer] == nil && !hasLiveConnection(to: peer)
     }
 
-    /// The redial of `peer` scheduled by a `.reconnect` is due: whether to make it
-    /// (`shouldRedial`). The next attempt may be scheduled from now on (by the attempt's end).
-    public mutating func redialDue(_ peer: PeerID) -> Bool {
-        redialPending.remove(peer)
+    /// The redial of `peer` scheduled by a `.reconnect` for `attempt` is due: whether to
+    /// make it (`shouldRedial`; and it is the chain's pending attempt, not a timer left from
+    /// an earlier chain). The next attempt may be scheduled from now on (by the attempt's end).
+    public mutating func redialDue(_ peer: PeerID, attempt: Int) -> Bool {
+        guard redialPending[peer] == attempt else { return false }
+        redialPending[peer] = nil
         return shouldRedial(peer)
     }
 
@@ -310,12 +322,12 @@ public struct SessionTable: Sendable {
 
     private mutating func scheduleRedial(_ peer: PeerID, failures: Int, now: ContinuousClock.Instant, random: Double) -> [Action] {
         // One chain at a time; none after giving up.
-        guard !redialPending.contains(peer), !gaveUpOn.contains(peer) else { return [] }
+        guard redialPending[peer] == nil, !gaveUpOn.contains(peer) else { return [] }
         let attempt = failures + 1
         trusted[peer] = attempt
         resumable.insert(peer)
         if let delay = backoff.delay(before: attempt, random: random) {
-            redialPending.insert(peer)
+            redialPending[peer] = attempt
             return [.reconnect(peer, at: now + delay, attempt: attempt)]
         }
         trusted[peer] = 0
@@ -351,7 +363,7 @@ public struct SessionTable: Sendable {
     public mutating func distrust(_ peer: PeerID) {
         trusted[peer] = nil
         resumable.remove(peer)
-        redialPending.remove(peer)
+        redialPending[peer] = nil
         gaveUpOn.remove(peer)
     }
 

@@ -75,7 +75,7 @@ import Testing
         t.accepted(2)
         #expect(t.identified(2, as: Self.low) == [.close(1, .duplicate)])
         #expect(t.isSuperseded(1) && !t.isSuperseded(2))
-        t.abandonDial(1)
+        _ = t.abandonDial(1, now: Self.t0, random: 0.5)
         // low's invitation is accepted without asking: this side was inviting it too.
         #expect(t.invitation(on: 2) == .accept)
         #expect(t.connected(2) == [.peerConnected(Self.low, 2)])
@@ -90,7 +90,7 @@ import Testing
         // A dial that reached no one leaves nothing: the peer's later dial is no rival's.
         var v = SessionTable(localID: Self.low)
         #expect(v.dialing(1, to: Self.high) == nil)
-        v.abandonDial(1)
+        _ = v.abandonDial(1, now: Self.t0, random: 0.5)
         v.accepted(2)
         #expect(v.identified(2, as: Self.high).isEmpty)
         #expect(v.invitation(on: 2) == .ask)
@@ -249,7 +249,7 @@ import Testing
         var now = Self.t0 + .seconds(1)
         var schedule: [SessionTable.Action] = []
         for id in 2...4 as ClosedRange<ConnectionID> {
-            do { let due = t.redialDue(Self.high); #expect(due) }
+            do { let due = t.redialDue(Self.high, attempt: Int(id) - 1); #expect(due) }
             #expect(t.dialing(id, to: Self.high) == nil)
             now = now + .seconds(10)
             schedule += t.closed(id, reason: .timeout, now: now, random: 1)
@@ -270,7 +270,7 @@ import Testing
         #expect(t.closed(1, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Self.high, .normal)])
         _ = t.dialing(2, to: Self.high)
         #expect(t.closed(2, reason: .transportClosed, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .milliseconds(500), attempt: 1)])
-        do { let due = t.redialDue(Self.high); #expect(due) }
+        do { let due = t.redialDue(Self.high, attempt: 1); #expect(due) }
         _ = t.dialing(3, to: Self.high)
         #expect(t.closed(3, reason: .timeout, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 2)])
         // The peer comes back (it dialled us): the count starts again.
@@ -324,7 +324,7 @@ import Testing
     @Test func aRedialThatCannotConnectSchedulesTheNext() {
         var t = Self.lostTrustedSession()
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(1), random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(3), attempt: 2)])
-        do { let due = t.redialDue(Self.high); #expect(due) }
+        do { let due = t.redialDue(Self.high, attempt: 2); #expect(due) }
         #expect(t.redialFailed(Self.high, now: Self.t0 + .seconds(3), random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
         // The peer dialled this side meanwhile: no redial, and a failure report changes nothing.
         t.accepted(2)
@@ -406,7 +406,7 @@ import Testing
         #expect(t.closed(2, reason: .identityMismatch, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(2), attempt: 2)])
         _ = t.dialing(3, to: Self.high)
         #expect(t.closed(3, reason: .timeout, now: Self.t0, random: 0.5).isEmpty, "the attempt's second close: the chain has its next attempt")
-        do { let due = t.redialDue(Self.high); #expect(due) }
+        do { let due = t.redialDue(Self.high, attempt: 2); #expect(due) }
         _ = t.dialing(4, to: Self.high)
         #expect(t.closed(4, reason: .timeout, now: Self.t0, random: 0.5) == [.gaveUp(Self.high, attempts: 2)])
         _ = t.dialing(5, to: Self.high)
@@ -419,6 +419,46 @@ import Testing
                 == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
     }
 
+    /// A redial timer left from an earlier chain dials nobody: the session came back (the
+    /// peer dialled) and a user ended it, or a new chain started; only the pending attempt's
+    /// timer counts (the old one redialled against the user's choice, or ran a second chain).
+    @Test func aTimerFromAnEarlierChainDialsNobody() {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 5))
+        t.trust(Self.high)
+        _ = t.dialing(1, to: Self.high)
+        _ = t.identified(1, as: Self.high)
+        _ = t.connected(1)
+        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        // The peer dials back before the timer: a session; then a user ends it.
+        t.accepted(2)
+        _ = t.identified(2, as: Self.high)
+        _ = t.connected(2)
+        #expect(t.closed(2, reason: .normal, now: Self.t0, random: 0.5) == [.peerDisconnected(Self.high, .normal)])
+        do { let due = t.redialDue(Self.high, attempt: 1); #expect(!due, "the old timer: the user ended the session") }
+        // A new session lost: a new chain; the old chain's timer does not take its turn.
+        t.accepted(3)
+        _ = t.identified(3, as: Self.high)
+        _ = t.connected(3)
+        #expect(t.closed(3, reason: .lost, now: Self.t0, random: 0.5)
+                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        do { let due = t.redialDue(Self.high, attempt: 7); #expect(!due, "a timer of another chain's attempt") }
+        do { let due = t.redialDue(Self.high, attempt: 1); #expect(due, "the chain's own") }
+    }
+
+    /// An attempt due while a dial of the peer was under way is let go (a connection
+    /// existed); when that dial then never connects, the chain goes on from there (it died:
+    /// no more attempts, no give-up, the peer taken back without asking for ever).
+    @Test func aChainGoesOnAfterADialThatNeverConnected() {
+        var t = Self.lostTrustedSession()  // attempt 1 due and made
+        _ = t.dialing(2, to: Self.high)      // attempt 1's dial: an old address, another board
+        #expect(t.closed(2, reason: .identityMismatch, now: Self.t0, random: 0.5) == [.reconnect(Self.high, at: Self.t0 + .seconds(2), attempt: 2)])
+        _ = t.dialing(3, to: Self.high)      // the next address, still connecting
+        do { let due = t.redialDue(Self.high, attempt: 2); #expect(!due, "a dial is under way: let go") }
+        let next = t.abandonDial(3, now: Self.t0 + .seconds(5), random: 0.5)
+        #expect(next == [.gaveUp(Self.high, attempts: 2)], "the dial never connected: the chain's next step (here its end, at 2 attempts)")
+    }
+
     /// A table (backoff 1 s doubling to 8 s, no jitter, 2 attempts) whose trusted session
     /// with `high`, dialled on connection 1, was lost: its first redial scheduled and due.
     static func lostTrustedSession() -> SessionTable {
@@ -429,7 +469,7 @@ import Testing
         _ = t.connected(1)
         #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
                 == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
-        let due = t.redialDue(Self.high)
+        let due = t.redialDue(Self.high, attempt: 1)
         #expect(due)
         return t
     }
