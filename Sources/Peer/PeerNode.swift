@@ -51,6 +51,10 @@ public final class PeerNode: Sendable {
         var invitations: [UInt64: PeerInvitation] = [:]
         /// Connections whose peer is verified: connection → peer.
         var verified: [UInt64: PeerID] = [:]
+        /// Connections that carried a session reported connected: each is reported ended at
+        /// its end, also when a newer connection with the peer replaced it (the table says
+        /// so when it supersedes it; the session's own end came with no event then).
+        var sessionConnections: Set<UInt64> = []
         /// Connections this side dialled: connection → the address typed or discovered.
         var dialTargets: [UInt64: HostPort] = [:]
         /// Where each peer was last reached by a dial of ours (a redial goes there first).
@@ -466,6 +470,7 @@ public final class PeerNode: Sendable {
                 guard let c = state.withLock({ $0.connections[id] }), let summary = summary(c) else { continue }
                 let (waiters, target) = state.withLock { s -> ([Waiter], HostPort?) in
                     s.invitations[id] = nil
+                    if s.connections[id] != nil { s.sessionConnections.insert(id) }
                     let target = s.dialTargets[id]
                     if let target { s.lastReached[peer] = target }
                     return ((s.dialWaiters.removeValue(forKey: id).map { [$0] } ?? []) + (s.movedWaiters.removeValue(forKey: peer) ?? []), target)
@@ -527,8 +532,10 @@ public final class PeerNode: Sendable {
 
     private func disconnected(_ c: PeerConnection, _ reason: Reason, _ detail: String, _ byPeer: Bool) {
         let hello = c.snapshot.hello
-        let (actions, waiters, invitation, superseded, verifiedPeer) = state.withLock { s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool, PeerID?) in
+        let (actions, waiters, invitation, superseded, verifiedPeer, wasSession) = state.withLock {
+            s -> ([SessionTable.Action], [Waiter], PeerInvitation?, Bool, PeerID?, Bool) in
             s.connections[c.id] = nil
+            let wasSession = s.sessionConnections.remove(c.id) != nil
             s.dialTargets[c.id] = nil
             let peer = s.verified.removeValue(forKey: c.id)
             let actions = s.table.closed(c.id, reason: reason, now: .now, random: Double.random(in: 0...1))
@@ -548,9 +555,8 @@ public final class PeerNode: Sendable {
                 waiters += s.movedWaiters.removeValue(forKey: peer) ?? []
             }
             let superseded = reason == .duplicate || reason == .replaced
-            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded, peer)
+            return (actions, waiters, s.invitations.removeValue(forKey: c.id), superseded, peer, wasSession)
         }
-        let wasSession = actions.contains { if case .peerDisconnected = $0 { true } else { false } }
         // A connection with the peer (its session, or an invitation) ended by a user's choice,
         // on either side: the peer is not resumed after a restart either (as the table stops
         // taking it back now).

@@ -56,6 +56,24 @@ import Glibc
     /// A batch (a data stream's `send(messages:to:)`) of many small messages, far more than
     /// the sender's queue holds while the receiver holds its credit for a moment: the batch
     /// waits for room instead of failing, and every message arrives once, in order.
+    /// The peer dials again over a session this side still thinks up (it saw the link drop
+    /// first): the new connection carries the session, and the old one's session is reported
+    /// ended (`replaced`, was connected). It was not: a client saw `connected` twice with no
+    /// end between, and the peer's message stream on this side never ended.
+    @Test func aSessionReplacedByThePeersNewConnectionIsReportedEnded() async throws {
+        let (a, raw, me) = try await Self.rawSession("replaced")
+        defer { raw.close(); a.node.stop() }
+        let again = try await RawPeer.connect(port: a.node.port)
+        defer { again.close() }
+        _ = try await onThread { try again.handshakeAsDialer(as: me) }
+        #expect(await a.signal.wait(timeout: .seconds(10)) { a.count(PeerNodeTests.isConnected) == 2 }, "the new connection's session")
+        let ended = await a.wait("the old session's end") {
+            if case .disconnected(let d) = $0 { d.wasConnected && d.reason == .replaced } else { false }
+        }
+        #expect(ended != nil, "the replaced session is reported ended")
+        #expect(a.node.sessions.count == 1)
+    }
+
     @Test func aBatchLargerThanTheQueueWaitsForRoomAndArrivesInOrder() async throws {
         let bound = 65_536
         let a = try Node("receiver"), b = try Node("sender", maxQueuedBytes: bound)
