@@ -403,8 +403,15 @@ public final class PeerNode: Sendable {
 
     private func handle(_ c: PeerConnection, _ e: ConnectionEvent) {
         switch e {
-        case .hello:
-            break
+        case .hello(let h):
+            // A dial to an address that turns out to be a peer in session already (or one
+            // past max_peers) ends here, before its TLS: the peer never identifies it, so no
+            // tie-break replaces the session on either side; its `connect` gets that session.
+            switch state.withLock({ $0.table.unknownDialMet(c.id, claiming: h.peerID) }) {
+            case .duplicate?: apply([.close(c.id, .duplicate)], peer: h.peerID)
+            case .full?: c.input(.close(.full, text: "this side has as many sessions as it takes (max_peers)"))
+            default: break
+            }
         case .secured(let peer, _, _):
             identified(c, peer)
         case .invitation(let inv):

@@ -140,6 +140,18 @@ public struct SessionTable: Sendable {
         entries[id] = Entry(peer: nil, dialledByUs: true, serial: serial)
     }
 
+    /// This side's dial to an address (`dialingUnknown`) met a peer claiming `peer` (its
+    /// HELLO, before TLS: the verdict only closes this side's own dial, so a false claim
+    /// costs nothing): `.duplicate` when a session with it is up (the dial would have
+    /// replaced it, on both sides), `.full` when the table has no room for it (it went past
+    /// `max_peers`); nil to go on.
+    public func unknownDialMet(_ id: ConnectionID, claiming peer: PeerID) -> Reason? {
+        guard let e = entries[id], e.dialledByUs, e.peer == nil, !e.superseded, peer != localID else { return nil }
+        if reported[peer] != nil { return .duplicate }
+        if isFull(for: peer) { return .full }
+        return nil
+    }
+
     /// A dial registered with `dialing` that never got a connection (unreachable, or its
     /// rival won while it dialled): forgotten.
     ///

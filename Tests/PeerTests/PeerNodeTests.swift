@@ -238,6 +238,24 @@ import Testing
         for n in [a, b, c] { n.node.stop() }
     }
 
+    /// A dial by address (no peer ID given) that reaches a peer already in session gets
+    /// that session: the new connection ends before its TLS, so neither side replaces the
+    /// session (it was torn down on both sides and made again: transfers cut, the peer's
+    /// user asked again). One past `max_peers` ends `full` on this side (it went past it).
+    @Test func aDialByAddressToAPeerInSessionGetsThatSession() async throws {
+        let a = try Node("a"), b = try Node("b", maxPeers: 1), c = try Node("c")
+        defer { for n in [a, b, c] { n.node.stop() } }
+        let first = try await b.node.connect(to: a.address)
+        let again = try await b.node.connect(to: a.address)
+        #expect(again.connection == first.connection && again.peer == a.node.peerID, "the session up, not a new one")
+        try await Self.settled(a, b)
+        #expect(a.count(Self.isConnected) == 1 && b.count(Self.isConnected) == 1)
+        #expect(a.count { if case .disconnected(let d) = $0 { d.wasConnected } else { false } } == 0,
+                "no session ended on the peer: \(a.events.withLock { $0 })")
+        await Self.expectRefused(.full) { _ = try await b.node.connect(to: try c.address) }
+        #expect(b.node.sessions.count == 1 && c.node.sessions.isEmpty)
+    }
+
     /// A stopped node makes no more connections (its listener and sessions are gone).
     @Test func connectAfterStopThrows() async throws {
         let a = try Node("a"), b = try Node("b")
