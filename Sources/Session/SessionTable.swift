@@ -189,7 +189,10 @@ public struct SessionTable: Sendable {
         for (other, _) in rivals.sorted(by: { $0.value.serial < $1.value.serial }) {
             guard let loser = loser(of: survivor, and: other, peer: peer), let lost = entries[loser] else { continue }
             let reason: Reason = lost.dialledByUs == entries[loser == survivor ? other : survivor]?.dialledByUs ? .replaced : .duplicate
-            if lost.dialledByUs && reason == .duplicate { wanted.insert(peer) }
+            // Our dial, still inviting, lost to the peer's: its invitation is this side's
+            // wish. Not a session that was up (the peer dialled again over it): whether it
+            // comes back without asking is trust's (`resumable`), as after any drop.
+            if lost.dialledByUs && reason == .duplicate && !lost.connected { wanted.insert(peer) }
             out.append(.close(loser, reason))
             if loser == survivor { survivor = other }
             // A closed connection no longer competes, whatever its machine does next.

@@ -459,6 +459,27 @@ import Testing
         #expect(next == [.gaveUp(Self.high, attempts: 2)], "the dial never connected: the chain's next step (here its end, at 2 attempts)")
     }
 
+    /// An untrusted peer's new connection winning over a session this side had dialled (the
+    /// peer saw the link drop first and invited again) is asked about, as after any drop:
+    /// the session that was up is not this side's wish for a new one (it was accepted
+    /// without asking under `ask` and `none`). While this side's dial was still inviting, it is.
+    @Test func anUntrustedPeersReturnIsAskedAbout() {
+        var t = SessionTable(localID: Self.high)
+        _ = t.dialing(1, to: Self.low)
+        _ = t.identified(1, as: Self.low)
+        _ = t.connected(1)
+        t.accepted(2)
+        #expect(t.identified(2, as: Self.low) == [.close(1, .duplicate), .peerDisconnected(Self.low, .duplicate)])
+        #expect(t.invitation(on: 2) == .ask)
+        // Still inviting (no session yet): the peer's connection is the one this side wanted.
+        var u = SessionTable(localID: Self.high)
+        _ = u.dialing(1, to: Self.low)
+        _ = u.identified(1, as: Self.low)
+        u.accepted(2)
+        #expect(u.identified(2, as: Self.low) == [.close(1, .duplicate)])
+        #expect(u.invitation(on: 2) == .accept)
+    }
+
     /// A table (backoff 1 s doubling to 8 s, no jitter, 2 attempts) whose trusted session
     /// with `high`, dialled on connection 1, was lost: its first redial scheduled and due.
     static func lostTrustedSession() -> SessionTable {
