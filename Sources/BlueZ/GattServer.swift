@@ -154,7 +154,10 @@ public actor GattServer {
         for id in order {
             guard let e = applications[id] else { continue }
             applications[id]?.registeredOn = nil
-            try? e.app.export(on: connection, perDeviceNotify: false)
+            // What its adapter's bluetoothd said at registration (it read false after any bus
+            // reconnection: --device refused on 5.69+ from then on).
+            let perDevice = e.app.characteristics.first?.perDeviceNotify ?? false
+            try? e.app.export(on: connection, perDeviceNotify: perDevice)
         }
     }
 

@@ -45,6 +45,10 @@ public final class LocalCharacteristic: Sendable {
     /// How many centrals are subscribed (sessions, plus D-Bus subscribers).
     public var subscriberCount: Int { state.withLock { $0.sessions.filter { !$0.isClosed }.count + $0.dbusSubscribers } }
 
+    /// Whether this bluetoothd gives each central a notification session of its own (5.69+),
+    /// so a value can go to one device.
+    public var perDeviceNotify: Bool { state.withLock { $0.perDeviceNotify } }
+
     /// The subscribed devices that BlueZ named (through AcquireNotify).
     public var subscribedDevices: [BluetoothAddress] { state.withLock { $0.sessions.compactMap(\.device) } }
 

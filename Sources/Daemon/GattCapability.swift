@@ -78,6 +78,8 @@ final class GattCapability: DaemonCapability {
             let c = try Self.characteristic(params, gatt)
             guard c.definition.has(GattFlag.notifyLike) else { throw GattNotifyError.notNotifiable(c.uuid).rpcError }
             let device = try BLEParams.device(params)
+            // As gatt.notify refuses it (the stream took every value as "no subscriber").
+            if let device, !c.perDeviceNotify { throw GattNotifyError.deviceNotSubscribed(device, perDeviceSupported: false).rpcError }
             guard let self else { throw .internalError("shutting down") }
             return try self.openStream(c, device: device, gatt: gatt, rc)
         }

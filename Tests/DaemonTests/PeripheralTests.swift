@@ -191,6 +191,11 @@ import Glibc
         let raw = try await Self.acquire(r)
         defer { closeQuietly(raw) }
         let client = try RawClient(r.daemon.socketPath)
+        // To one device, where this bluetoothd has no session per central (before 5.69):
+        // refused as gatt.notify refuses it (every value was counted "no subscriber").
+        let perDevice = try RawClient(r.daemon.socketPath).request("gatt.notify-stream", ["uuid": .string(Self.chr), "device": "00:AA:01:01:00:01"])
+        #expect(perDevice["error"]?["data"]?["kind"] == "device-not-subscribed" && perDevice["error"]?["message"]?.stringValue?.contains("5.69") == true,
+                "\(perDevice)")
         let res = try client.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
         #expect(res["fd"] == true && res["stream"] == "stream1" && res["subscribers"] == 1, "\(res)")
         let s = try #require(client.descriptors.first, "the reply carries the stream's socket")
