@@ -88,6 +88,8 @@ public final class NotifyStream: Sendable {
             Task {
                 let end: End?
                 if !isRegistered() {
+                    // Read, and not sent: counted received (so dropped), as the end says.
+                    self.state.withLock { $0.counts.received += batch.count }
                     end = .unregistered
                 } else {
                     self.state.withLock { $0.counts.received += batch.count }
@@ -127,14 +129,14 @@ public final class NotifyStream: Sendable {
         if let counts { onEnd(end, counts) }
     }
 
-    /// Ends the stream (the client sees the end of its socket).
-    public func stop() {
+    /// Ends the stream (the client sees the end of its socket), with `end` as its reason.
+    public func stop(_ end: End = .stopped) {
         let busy = state.withLock { s -> Bool in
-            if s.busy && s.pendingEnd == nil { s.pendingEnd = .stopped }
+            if s.busy && s.pendingEnd == nil { s.pendingEnd = end }
             return s.busy
         }
         // A batch in flight finishes first (its counts are part of the end).
-        if !busy { channel.close() }
+        if !busy { finish(end) }
     }
 
     /// Packets one wakeup hands to `notify(values:)` at most.

@@ -14,6 +14,9 @@ final class GattCapability: DaemonCapability {
     private let context = Mutex<DaemonContext?>(nil)
     private let server = Mutex<GattServer?>(nil)
     private let nextStream = Mutex<UInt64>(1)
+    /// Notification streams open now, by id, with their application (an unregistered
+    /// application's streams end then, not at their next value).
+    private let openStreams = Mutex<[String: (app: String, stream: NotifyStream)]>([:])
     /// `gatt.notify`'s parameters: made once, not hashed again for every value sent.
     static let notifyParams: Set<String> = ["uuid", "value", "value_hex", "value_base64", "values", "values_hex", "values_base64", "app", "device"]
 
@@ -31,10 +34,11 @@ final class GattCapability: DaemonCapability {
             let app = try await rpc { try await gatt.add(definition, adapter: selector) }
             return await BLEJSON.application(app, registeredOn: gatt.list.first { $0.app.id == app.id }?.registeredOn)
         }
-        ctx.register(ControlMethod.gattUnregister) { params, _ throws(RPCError) in
+        ctx.register(ControlMethod.gattUnregister) { [weak self] params, _ throws(RPCError) in
             try params.rejectUnknown(allowed: ["id"])
             let id = try params.string("id")
             try await rpc { try await gatt.remove(id) }
+            self?.endStreams(of: id)
             return ["id": .string(id), "removed": true]
         }
         ctx.register(ControlMethod.gattList) { params, _ throws(RPCError) in
@@ -141,8 +145,10 @@ final class GattCapability: DaemonCapability {
                 "unsent": .int(Int64(counts.unsent)), "dropped": .int(Int64(counts.dropped)),
             ]
             if let device { data["device"] = .string(device.description) }
+            _ = self?.openStreams.withLock { $0.removeValue(forKey: id) }
             _ = self?.context.withLock({ $0 })?.send(topic: ControlEvent.gattStreamEnded, data: .object(data), to: owner)
         }
+        openStreams.withLock { $0[id] = (app, stream) }
         rc.onConnectionClose { stream.stop() }
         rc.passWithReply(theirs)
         var out: [String: JSONValue] = [
@@ -151,6 +157,12 @@ final class GattCapability: DaemonCapability {
         ]
         if let device { out["device"] = .string(device.description) }
         return .object(out)
+    }
+
+    /// The notification streams of an application that was unregistered end now (they
+    /// ended at their next value, which a sensor writing every few minutes was long in sending).
+    private func endStreams(of app: String) {
+        for s in openStreams.withLock({ $0.values.filter { $0.app == app } }) { s.stream.stop(.unregistered) }
     }
 
     // MARK: Events

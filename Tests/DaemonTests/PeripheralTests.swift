@@ -247,6 +247,17 @@ import Glibc
         #expect(throws: RPCError.self) { try client.call("gatt.notify-stream", ["uuid": .string(Self.chr), "x": 1]) }
         #expect(throws: RPCError.self) { try client.call("gatt.notify-stream", ["uuid": .string(Self.chr), "device": "nope"]) }
         #expect(client.descriptors.count == 2, "no descriptor comes with an error")
+
+        // Its application unregistered: the stream ends then, said so, its socket closed
+        // (it ended only at its next value, a sensor's minutes away).
+        _ = try client.call("gatt.notify-stream", ["uuid": .string(Self.chr)])
+        let s4 = try #require(client.descriptors.last)
+        defer { closeQuietly(s4) }
+        _ = try r.daemon.call("gatt.unregister", ["id": "app1"])
+        let ended4 = try client.nextEvent("gatt.stream.ended")["data"]
+        #expect(ended4?["reason"] == "unregistered" && ended4?["stream"] == "stream4", "\(String(describing: ended4))")
+        #expect(try SocketIO.waitReadable(s4, timeoutMilliseconds: 5000))
+        #expect(recv(s4, &b, b.count, 0) == 0)
     }
 
     @Test func notifyManyValuesAtOnce() async throws {
