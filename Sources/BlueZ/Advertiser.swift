@@ -258,7 +258,8 @@ public actor Advertiser {
                 try? await remove(id, reason: "timeout")
                 continue
             }
-            guard let target = try? await session.bluez.adapter(e.follows), target.powered else { continue }
+            // (Stopped while the adapter was looked up: nothing to register.)
+            guard let target = try? await session.bluez.adapter(e.follows), target.powered, entries[id] != nil else { continue }
             registering.insert(id)
             defer { registering.remove(id) }
             // The object is exported again so a re-registration carries the remaining timeout.
@@ -266,6 +267,14 @@ public actor Advertiser {
             do {
                 try export(e, on: session.connection)
                 try await register(e, on: target)
+                guard entries[id] != nil else {
+                    // Stopped while bluetoothd registered it: taken back now (it stayed on the
+                    // air, out of reach of list and stop, until the daemon's bus connection ended).
+                    _ = try? await session.connection.call(destination: BlueZNames.service, path: target.path, interface: "org.bluez.LEAdvertisingManager1",
+                                                           member: "UnregisterAdvertisement", [.objectPath(e.path)], timeout: .seconds(5))
+                    session.connection.unexport(e.path)
+                    continue
+                }
                 entries[id]?.registeredOn = target.address
                 onEvent(.started(id: id, adapter: target, again: true))
             } catch {

@@ -274,13 +274,21 @@ public actor GattServer {
             guard let e = applications[id], e.registeredOn == nil, !registering.contains(id) else { continue }
             let target: AdapterInfo
             do { target = try await session.bluez.adapter(e.follows) } catch { continue }
+            guard applications[id] != nil else { continue }  // removed while the adapter was looked up
             registering.insert(id)
             defer { registering.remove(id) }
             do {
                 try await register(e.app, on: target)
+                guard applications[id] != nil else {
+                    // Removed while bluetoothd registered it: taken back now, no event for it.
+                    _ = try? await session.connection.call(destination: BlueZNames.service, path: target.path, interface: "org.bluez.GattManager1",
+                                                           member: "UnregisterApplication", [.objectPath(e.app.root)], timeout: .seconds(5))
+                    continue
+                }
                 applications[id]?.registeredOn = target.address
                 onEvent(.registered(application: id, adapter: target, again: again))
             } catch {
+                guard applications[id] != nil else { continue }  // removed meanwhile: no failure to report
                 logger.warning("registering a GATT application again failed", ["gatt.app": id, "error": error.description])
                 onEvent(.registrationFailed(application: id, adapter: target.address, reason: error.description))
             }

@@ -18,6 +18,9 @@ final class FakePeripheralManagers: Sendable {
         var ads: [ObjectPath: [String: DBusValue]] = [:]
         var adOwner: String?
         var agent: (owner: String, path: ObjectPath, capability: String)?
+        /// RegisterAdvertisement's answers wait (the advertisement registered, the reply held).
+        var holdAdvertisementReplies = false
+        var heldAdvertisementReplies: [@Sendable () -> Void] = []
         /// RegisterAgent calls to refuse (a bluetoothd that says no).
         var refuseAgentRegistrations = 0
         var supportedInstances: UInt8 = 4
@@ -79,7 +82,11 @@ final class FakePeripheralManagers: Sendable {
                     }
                     if full { return reply.fail(BusError(name: "org.bluez.Error.NotPermitted", message: "Maximum advertisements reached")) }
                     try? c.setProperty(hci0, "org.bluez.LEAdvertisingManager1", "SupportedInstances", .byte(box.state.withLock { $0.supportedInstances }))
-                    reply.succeed()
+                    let held = box.state.withLock { s -> Bool in
+                        if s.holdAdvertisementReplies { s.heldAdvertisementReplies.append { reply.succeed() } }
+                        return s.holdAdvertisementReplies
+                    }
+                    if !held { reply.succeed() }
                 }
             },
             MethodSpec("UnregisterAdvertisement", inputs: [("advertisement", "o")]) { [box] call, reply in

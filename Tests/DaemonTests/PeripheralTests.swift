@@ -474,6 +474,32 @@ import Glibc
         #expect(after["error"]?["data"]?["kind"] == "no-subscribers", "\(after)")
     }
 
+    /// An advertisement stopped while bluetoothd (back after a restart) registers it again:
+    /// taken back once registered, not left on the air out of reach of list and stop.
+    @Test func anAdvertisementStoppedWhileRegisteredAgainIsTakenBack() async throws {
+        let r = try await Self.rig()
+        defer { r.daemon.stop() }
+        _ = try r.daemon.call("advertise.start", ["name": "Kenshin Cui's Device", "services": [.string(Self.svc)]])
+        r.fake.connection.close()
+        let fake2 = try await FakeBlueZ(busAddress: r.bus.address, adapters: [.init(name: "hci0", address: "00:AA:01:00:00:00")], claimName: false)
+        let managers2 = try FakePeripheralManagers(on: fake2)
+        managers2.box.state.withLock { $0.holdAdvertisementReplies = true }
+        try await fake2.claimName()
+        let deadline = Date().addingTimeInterval(10)
+        while managers2.box.state.withLock({ $0.heldAdvertisementReplies.isEmpty }) && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(managers2.box.state.withLock { $0.ads.count } == 1, "registered again, its reply held")
+        _ = try r.daemon.call("advertise.stop", ["id": "adv1"])
+        let held = managers2.box.state.withLock { s -> [@Sendable () -> Void] in
+            defer { s.heldAdvertisementReplies = []; s.holdAdvertisementReplies = false }
+            return s.heldAdvertisementReplies
+        }
+        for answer in held { answer() }
+        let gone = Date().addingTimeInterval(10)
+        while managers2.box.state.withLock({ !$0.ads.isEmpty }) && Date() < gone { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(managers2.box.state.withLock { $0.ads.isEmpty }, "taken back from bluetoothd")
+        #expect(try r.daemon.call("advertise.list")["advertisements"]?.arrayValue?.isEmpty == true)
+    }
+
     @Test func advertisingChecksSizeAndInstances() async throws {
         let r = try await Self.rig()
         defer { r.daemon.stop() }
