@@ -160,7 +160,7 @@ extension PeerNode {
                 if let expected, s.table.isSuperseded(id) { return .superseded(expected) }
                 s.connections[c.id] = c
                 s.dialTargets[c.id] = target
-                if expected == nil { s.table.dialingUnknown(c.id) }
+                if expected == nil { s.table.dialingUnknown(c.id) } else { s.table.dialConnected(c.id) }
                 s.dialWaiters[c.id] = k
                 return .registered
             }

@@ -54,8 +54,12 @@ public struct SessionTable: Sendable {
         var superseded = false
         /// Its invitation was let through (`ask` or `accept`): it holds a place.
         var admitted = false
-        /// Order of registration: newer connections have larger numbers.
+        /// Order among the peer's connections: newer ones have larger numbers (a dial's is
+        /// taken again when its socket connects: the peer orders it by its accept).
         var serial: UInt64
+        /// Has a socket: accepted, or a dial whose connect succeeded. A dial without one is a
+        /// rival of the peer's connections (the ID rule) but not yet of this side's own.
+        var linked = true
     }
 
     /// This side's peer ID.
@@ -129,7 +133,7 @@ public struct SessionTable: Sendable {
         if reported[peer] != nil { return .duplicate }
         if isFull(for: peer) { return .full }
         serial += 1
-        entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial)
+        entries[id] = Entry(peer: peer, dialledByUs: true, serial: serial, linked: false)
         return nil
     }
 
@@ -138,6 +142,17 @@ public struct SessionTable: Sendable {
     public mutating func dialingUnknown(_ id: ConnectionID) {
         serial += 1
         entries[id] = Entry(peer: nil, dialledByUs: true, serial: serial)
+    }
+
+    /// A dial registered with `dialing` has its socket connected: it is ordered among the
+    /// peer's connections from now (the peer orders it by its accept; ordered from its
+    /// registration, a dial whose first address took 10 s to fail counted as older than one
+    /// connected meanwhile here and newer there, and the same-side rule closed both).
+    public mutating func dialConnected(_ id: ConnectionID) {
+        guard entries[id] != nil else { return }
+        serial += 1
+        entries[id]?.serial = serial
+        entries[id]?.linked = true
     }
 
     /// This side's dial to an address (`dialingUnknown`) met a peer claiming `peer` (its
@@ -183,7 +198,11 @@ public struct SessionTable: Sendable {
         guard var entry = entries[id], !entry.superseded else { return [] }
         entry.peer = peer
         entries[id] = entry
-        let rivals = entries.filter { $0.key != id && $0.value.peer == peer && !$0.value.superseded }
+        // This side's own dial still connecting is no rival of another of this side's (the
+        // peer has not seen it: it is ordered by its connect, compared once identified).
+        let rivals = entries.filter {
+            $0.key != id && $0.value.peer == peer && !$0.value.superseded && ($0.value.linked || $0.value.dialledByUs != entry.dialledByUs)
+        }
         var out: [Action] = []
         var survivor = id
         for (other, _) in rivals.sorted(by: { $0.value.serial < $1.value.serial }) {

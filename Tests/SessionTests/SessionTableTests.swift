@@ -480,6 +480,18 @@ import Testing
         #expect(u.invitation(on: 2) == .accept)
     }
 
+    /// Two dials of this side to one peer, the first registered first but connected second
+    /// (its first address took long to fail): the newer by connection wins, as on the peer,
+    /// which orders them by its accept (by registration, each side closed the other one).
+    @Test func dialsAreOrderedByTheirConnectionNotTheirRegistration() {
+        var t = SessionTable(localID: Self.low)
+        _ = t.dialing(1, to: Self.high)  // registered first, connects second
+        t.dialingUnknown(2)              // connects first
+        _ = t.identified(2, as: Self.high)
+        t.dialConnected(1)
+        #expect(t.identified(1, as: Self.high) == [.close(2, .replaced)], "the older by connection loses, as the peer decides")
+    }
+
     /// A table (backoff 1 s doubling to 8 s, no jitter, 2 attempts) whose trusted session
     /// with `high`, dialled on connection 1, was lost: its first redial scheduled and due.
     static func lostTrustedSession() -> SessionTable {
