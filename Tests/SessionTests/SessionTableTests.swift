@@ -423,13 +423,7 @@ import Testing
     /// peer dialled) and a user ended it, or a new chain started; only the pending attempt's
     /// timer counts (the old one redialled against the user's choice, or ran a second chain).
     @Test func aTimerFromAnEarlierChainDialsNobody() {
-        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 5))
-        t.trust(Self.high)
-        _ = t.dialing(1, to: Self.high)
-        _ = t.identified(1, as: Self.high)
-        _ = t.connected(1)
-        #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
-                == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
+        var t = Self.lostTrustedSession(maxAttempts: 5, due: false)
         // The peer dials back before the timer: a session; then a user ends it.
         t.accepted(2)
         _ = t.identified(2, as: Self.high)
@@ -492,18 +486,20 @@ import Testing
         #expect(t.identified(1, as: Self.high) == [.close(2, .replaced)], "the older by connection loses, as the peer decides")
     }
 
-    /// A table (backoff 1 s doubling to 8 s, no jitter, 2 attempts) whose trusted session
+    /// A table (backoff 1 s doubling to 8 s, no jitter, `maxAttempts` attempts) whose trusted session
     /// with `high`, dialled on connection 1, was lost: its first redial scheduled and due.
-    static func lostTrustedSession() -> SessionTable {
-        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: 2))
+    /// (`due`: false leaves the first redial pending, not yet due.)
+    static func lostTrustedSession(maxAttempts: Int = 2, due: Bool = true) -> SessionTable {
+        var t = SessionTable(localID: Self.low, backoff: ReconnectBackoff(initial: .seconds(1), maximum: .seconds(8), jitter: 0, maxAttempts: maxAttempts))
         t.trust(Self.high)
         _ = t.dialing(1, to: Self.high)
         _ = t.identified(1, as: Self.high)
         _ = t.connected(1)
         #expect(t.closed(1, reason: .lost, now: Self.t0, random: 0.5)
                 == [.peerDisconnected(Self.high, .lost), .reconnect(Self.high, at: Self.t0 + .seconds(1), attempt: 1)])
-        let due = t.redialDue(Self.high, attempt: 1)
-        #expect(due)
+        guard due else { return t }
+        let made = t.redialDue(Self.high, attempt: 1)
+        #expect(made)
         return t
     }
 
