@@ -57,6 +57,12 @@ extension PeerNode {
             } catch let failed as ConnectFailed {
                 lastError = failed.error
             }
+            // The peer's own connection won while this address failed: its session is the
+            // answer, not the next address (nor "unreachable" once none is left).
+            if let expected, state.withLock({ $0.table.isSuperseded(id) }) {
+                abandonDial(id)
+                return try await withCheckedThrowingContinuation { (k: Waiter) in awaitSession(with: expected, k) }
+            }
         }
         abandonDial(id)
         throw PeerError.unreachable(target.description, "\(lastError)")

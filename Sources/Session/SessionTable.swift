@@ -11,9 +11,10 @@ public typealias ConnectionID = UInt64
 /// exchanging anything. Of two connections dialled by the same side, the newer survives
 /// (the peer dials again only when it has given the older one up); the older is closed
 /// with `replaced`. A dialer registers its connection with the peer ID it means to reach
-/// (from discovery), so the rule applies from the first moment on both sides; a dial
-/// registered after the peer's connection was identified meets it at that connection's
-/// invitation (`invitation(on:)`).
+/// (from discovery), so the rule applies from its connect on both sides (a dial whose
+/// connect has not completed loses to the peer's identified connection: the peer has not
+/// seen it); a dial registered after the peer's connection was identified meets it at that
+/// connection's invitation (`invitation(on:)`).
 public struct SessionTable: Sendable {
     /// What the caller must do.
     public enum Action: Sendable, Hashable {
@@ -57,8 +58,8 @@ public struct SessionTable: Sendable {
         /// Order among the peer's connections: newer ones have larger numbers (a dial's is
         /// taken again when its socket connects: the peer orders it by its accept).
         var serial: UInt64
-        /// Has a socket: accepted, or a dial whose connect succeeded. A dial without one is a
-        /// rival of the peer's connections (the ID rule) but not yet of this side's own.
+        /// Has a socket: accepted, or a dial whose connect succeeded. A dial without one loses
+        /// to the peer's connections and is not yet a rival of this side's own.
         var linked = true
     }
 
@@ -231,6 +232,12 @@ public struct SessionTable: Sendable {
     private func loser(of a: ConnectionID, and b: ConnectionID, peer: PeerID) -> ConnectionID? {
         guard let ea = entries[a], let eb = entries[b] else { return nil }
         if ea.dialledByUs != eb.dialledByUs {
+            // This side's dial without a socket yet loses to the peer's connection, which is
+            // identified (a rival dialled by the peer always is): the peer cannot have seen
+            // the dial (nothing is sent before the connect), so it keeps its own connection
+            // too. By the ID rule alone, a dial to a stale address, its connect hanging,
+            // closed the peer's working connection, and the peer waited for one that never came.
+            if !(ea.dialledByUs ? ea : eb).linked { return ea.dialledByUs ? a : b }
             // Keep the one dialled by the smaller ID.
             let weDialSurvivor = localID < peer
             return ea.dialledByUs == weDialSurvivor ? b : a
@@ -247,8 +254,18 @@ public struct SessionTable: Sendable {
         // wins the tie-break once identified itself (this side has the smaller ID): a session
         // formed here meanwhile would be replaced then, the peer reported connected twice
         // on both sides. Declined as the duplicate it is about to be, as the tie-break would.
-        if !entry.dialledByUs, localID < peer, entries.contains(where: { $0.key != id && $0.value.peer == peer && $0.value.dialledByUs && !$0.value.superseded }) {
+        let ourDials = entries.filter { $0.key != id && $0.value.peer == peer && $0.value.dialledByUs && !$0.value.superseded }
+        if !entry.dialledByUs, localID < peer, ourDials.contains(where: { $0.value.linked }) {
             return .decline(.duplicate)
+        }
+        // A dial of ours whose connect has not completed gives way to this connection (as in
+        // `identified`): the dial, seeing that once connected or failed, waits for this
+        // session; the invitation is accepted, as this side wants the session too.
+        if !entry.dialledByUs {
+            for (dial, e) in ourDials where !e.linked {
+                entries[dial]?.superseded = true
+                wanted.insert(peer)
+            }
         }
         if isFull(for: peer) { return .decline(.full) }
         entries[id]?.admitted = true

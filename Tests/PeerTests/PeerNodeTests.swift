@@ -329,6 +329,42 @@ import Testing
         #expect(d.reason == .versionMismatch && d.byPeer && d.detail == "no common version (a test)", "\(d.reason): \(d.detail)")
     }
 
+    /// A node dials its peer at a stale address where the connect hangs (a listener whose
+    /// queue is full drops the SYNs), and the peer dials it meanwhile: the peer's connection
+    /// carries the session whichever ID is smaller, accepted without asking (the stale side
+    /// was inviting), and the hanging `connect` returns that session once its connect fails.
+    /// By the ID rule alone, a smaller stale side closed the peer's working connection (the
+    /// peer waited for one that never came), and either side's `connect` failed unreachable.
+    @Test(arguments: [true, false])
+    func aDialThatHangsGivesWayToThePeersConnection(staleSideIsSmaller: Bool) async throws {
+        let x = try Node("x", accept: .ask), y = try Node("y", accept: .ask)
+        defer { for n in [x, y] { n.node.stop() } }
+        let (stale, other) = (x.node.peerID < y.node.peerID) == staleSideIsSmaller ? (x, y) : (y, x)
+        let (full, port) = try TCPSocket.listen(port: 0, loopback: true, backlog: 0)
+        var fullOpen = true
+        defer { if fullOpen { close(full) } }
+        let queued = try Self.connectBlocking(port: port)  // fills the queue: the next SYN is dropped
+        defer { close(queued) }
+        let hanging = Task { try await stale.node.connect(to: try HostPort("127.0.0.1:\(port)"), expected: other.node.peerID) }
+        // The stale side's dial is registered in its table before the peer dials.
+        var registered = false
+        for _ in 0..<1000 where !registered {
+            registered = stale.node.state.withLock { $0.table.connectionCount } == 1
+            if !registered { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try #require(registered, "the stale side's dial never registered")
+        let s = try await other.node.connect(to: stale.address, expected: stale.node.peerID)
+        #expect(s.peer == stale.node.peerID)
+        #expect(stale.count(Self.isInvitation) == 0, "accepted without asking: the stale side was inviting")
+        // The stale address goes away: the hanging connect fails at its next SYN.
+        close(full)
+        fullOpen = false
+        let t = try await hanging.value
+        #expect(t.peer == other.node.peerID && t.pairingCode == s.pairingCode, "the same session")
+        try await Self.settled(stale, other)
+        #expect(stale.count(Self.isConnected) == 1 && other.count(Self.isConnected) == 1)
+    }
+
     /// A CLOSE read in plain text is the word of a peer nobody verified: `duplicate` from a
     /// listener that never showed its certificate fails the dial with that reason, instead of
     /// parking it to wait for the named peer's own connection (as a verified peer's `duplicate`

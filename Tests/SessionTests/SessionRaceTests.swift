@@ -14,17 +14,27 @@ import Testing
     }
 
     /// Runs the race; `firstLink` is the link whose bytes move first in each round.
-    static func run(a: PeerID, b: PeerID, firstLink: Int, userAccepts: Bool = true) -> (Daemon, Daemon, [MachineLink]) {
+    /// `aConnects`: false when a's dial never gets a socket (a stale address: its connect
+    /// hangs), so only b's connection exists.
+    static func run(a: PeerID, b: PeerID, firstLink: Int, userAccepts: Bool = true, aConnects: Bool = true) -> (Daemon, Daemon, [MachineLink]) {
         let t0 = ContinuousClock.now
         // Link 0: a dials b (a's connection 1, b's 11). Link 1: b dials a (b's 2, a's 12).
         var links = [MachineLink(dialer: .required, listener: .required, ids: (a, b), start: t0),
                      MachineLink(dialer: .required, listener: .required, ids: (b, a), start: t0)]
-        var da = Daemon(table: SessionTable(localID: a), conns: [1: (0, .dialer), 12: (1, .listener)])
-        var db = Daemon(table: SessionTable(localID: b), conns: [11: (0, .listener), 2: (1, .dialer)])
+        // (a's dial has a machine only once connected.)
+        var da = Daemon(table: SessionTable(localID: a), conns: aConnects ? [1: (0, .dialer), 12: (1, .listener)] : [12: (1, .listener)])
+        var db = Daemon(table: SessionTable(localID: b), conns: [2: (1, .dialer)])
         #expect(da.table.dialing(1, to: b) == nil && db.table.dialing(2, to: a) == nil)
+        // Each dial's socket connects (as the node reports it, before anything is sent) and
+        // the peer accepts it.
+        if aConnects {
+            da.table.dialConnected(1)
+            db.table.accepted(11)
+            db.conns[11] = (0, .listener)
+        }
+        db.table.dialConnected(2)
         da.table.accepted(12)
-        db.table.accepted(11)
-        for i in 0..<2 {
+        for i in (aConnects ? [0, 1] : [1]) {
             links[i].feed(.dialer, .start)
             links[i].feed(.listener, .start)
             links[i].feed(.dialer, .invite(context: [], timeout: .seconds(30)))
@@ -89,6 +99,23 @@ import Testing
             #expect(da.peerConnected == [b] && db.peerConnected == [a])
             #expect(da.peerDisconnected.isEmpty && db.peerDisconnected.isEmpty)
             #expect(da.table.connectedPeers == [b] && db.table.connectedPeers == [a])
+        }
+    }
+
+    /// a's dial goes to a stale address and its connect hangs; b's dial reaches a. b's
+    /// connection carries the session whichever ID is smaller: by the ID rule alone, a (the
+    /// smaller) closed b's working connection for a dial that never connected, and b waited
+    /// for a connection that never came.
+    @Test func aDialThatNeverConnectsGivesWayToThePeersConnection() {
+        for (a, b) in [(Fixtures.peer(1), Fixtures.peer(2)), (Fixtures.peer(2), Fixtures.peer(1))] {
+            // a's user does not answer: the session must come from a's own wish (its dial).
+            var (da, db, links) = Self.run(a: a, b: b, firstLink: 1, userAccepts: false, aConnects: false)
+            #expect(links[1].state(.dialer) == .connected && links[1].state(.listener) == .connected, "\(a < b ? "a" : "b") smaller")
+            #expect(da.peerConnected == [b] && db.peerConnected == [a])
+            #expect(da.table.isSuperseded(1), "a's dial gave way")
+            // The dial's connect fails at last: nothing more happens.
+            #expect(da.table.abandonDial(1, now: .now, random: 0.5) == [])
+            #expect(da.table.connectedPeers == [b] && da.table.connectionCount == 1)
         }
     }
 }

@@ -25,6 +25,9 @@ import Testing
         var r = RaceResult()
         #expect(ta.dialing(1, to: b) == nil)
         #expect(tb.dialing(2, to: a) == nil)
+        // Both dials connected: each side accepted the other's.
+        ta.dialConnected(1)
+        tb.dialConnected(2)
         ta.accepted(12)
         tb.accepted(11)
         for c in aFirst == "X" ? [1, 12] : [12, 1] as [ConnectionID] { r.aClosed += ta.identified(c, as: b) }
@@ -65,9 +68,11 @@ import Testing
     }
 
     /// A dial registered before its socket exists (the node registers at the start of
-    /// `connect`): the peer's own connection, identified meanwhile, meets it. When the peer's
-    /// connection must survive, the dial is superseded before it has a connection, and its
-    /// node abandons it; a dial that reached no one is forgotten, leaving no rival behind.
+    /// `connect`): the peer's own connection, identified meanwhile, meets it. A dial that has
+    /// not connected yet gives way to it whichever ID is smaller (the peer has not seen the
+    /// dial: it keeps its own connection too); superseded before it has a connection, the
+    /// dial is abandoned by its node. A connected dial takes part in the ID rule. A dial that
+    /// reached no one is forgotten, leaving no rival behind.
     @Test func aDialRegisteredBeforeItsSocketTakesPartInTheTieBreak() {
         // This side (high) dials low; low's dial arrives first: low's survives, ours goes.
         var t = SessionTable(localID: Self.high)
@@ -80,12 +85,27 @@ import Testing
         #expect(t.invitation(on: 2) == .accept)
         #expect(t.connected(2) == [.peerConnected(Self.low, 2)])
 
-        // This side (low) dials high; high's dial arrives first: ours survives, high's goes.
+        // This side (low) dials high, connected; high's dial arrives first: ours survives
+        // (high sees it too, and closes its own), high's goes.
         var u = SessionTable(localID: Self.low)
         #expect(u.dialing(1, to: Self.high) == nil)
+        u.dialConnected(1)
         u.accepted(2)
         #expect(u.identified(2, as: Self.high) == [.close(2, .duplicate)])
         #expect(!u.isSuperseded(1))
+
+        // The same with this side's dial still connecting (a stale address): high's goes on,
+        // and its invitation is accepted, as this side was inviting too. (By the ID rule alone
+        // high's working connection was closed for a dial that never connected.)
+        var w = SessionTable(localID: Self.low)
+        #expect(w.dialing(1, to: Self.high) == nil)
+        w.accepted(2)
+        #expect(w.identified(2, as: Self.high) == [.close(1, .duplicate)])
+        #expect(w.isSuperseded(1) && !w.isSuperseded(2))
+        #expect(w.invitation(on: 2) == .accept)
+        #expect(w.connected(2) == [.peerConnected(Self.high, 2)])
+        #expect(w.abandonDial(1, now: Self.t0, random: 0.5).isEmpty, "its connect failed at last")
+        #expect(w.connection(for: Self.high) == 2)
 
         // A dial that reached no one leaves nothing: the peer's later dial is no rival's.
         var v = SessionTable(localID: Self.low)
@@ -109,6 +129,7 @@ import Testing
         t.accepted(5)
         #expect(t.identified(5, as: peer).isEmpty)
         #expect(t.dialing(6, to: peer) == nil)
+        t.dialConnected(6)
         var reports: [SessionTable.Action] = []
         if localIsSmaller {
             #expect(t.invitation(on: 5) == .decline(.duplicate))
@@ -124,6 +145,26 @@ import Testing
         }
         #expect(reports.filter { if case .peerConnected = $0 { true } else { false } }.count == 1, "\(reports)")
         #expect(!reports.contains { if case .peerDisconnected = $0 { true } else { false } }, "\(reports)")
+    }
+
+    /// The same, with this side's dial still connecting when the peer's invitation arrives
+    /// (an address that does not answer): the invitation is not declined for it, whichever ID
+    /// is smaller; the dial gives way and the invitation is accepted (this side wants the
+    /// session). Declined, the peer waited for a connection that might never come.
+    @Test(arguments: [false, true])
+    func aDialStillConnectingGivesWayToTheInvitationOfThePeersConnection(localIsSmaller: Bool) {
+        let (me, peer) = localIsSmaller ? (Self.low, Self.high) : (Self.high, Self.low)
+        var t = SessionTable(localID: me)
+        t.accepted(5)
+        #expect(t.identified(5, as: peer).isEmpty)
+        #expect(t.dialing(6, to: peer) == nil)
+        #expect(t.invitation(on: 5) == .accept)
+        #expect(t.isSuperseded(6))
+        #expect(t.connected(5) == [.peerConnected(peer, 5)])
+        // The dial's connect succeeds after all: the node sees it superseded and abandons it.
+        t.dialConnected(6)
+        #expect(t.abandonDial(6, now: Self.t0, random: 0.5).isEmpty)
+        #expect(t.connection(for: peer) == 5 && t.connectionCount == 1)
     }
 
     /// A peer this side wanted (its own dial lost the tie-break, or the peer said its
@@ -212,6 +253,7 @@ import Testing
         #expect(t.invitation(on: 2) == .ask)
         // The race's two connections to one peer take one place.
         #expect(t.dialing(3, to: Fixtures.peer(3)) == nil)
+        t.dialConnected(3)
         t.accepted(4)
         #expect(t.identified(4, as: Fixtures.peer(3)) == [.close(4, .duplicate)])
         #expect(t.occupiedPeers.count == 3)
