@@ -93,7 +93,7 @@ let package = Package(
         .testTarget(name: "SessionTests", dependencies: ["Session", "TestSupport"]),
         .testTarget(name: "PeerTests", dependencies: ["Peer", "Session", "TLS", "SystemKit", "Logging", "TestSupport"]),
         .testTarget(name: "TLSTests", dependencies: ["TLS", "SystemKit", "TestSupport"]),
-        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets", "DBus", "Session"]),
+        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets", "DBus", "Session", "TestSupport"]),
         .testTarget(name: "DocGenTests", dependencies: ["DocGen", "CLI", "Daemon", "Arguments", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

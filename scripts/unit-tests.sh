@@ -9,7 +9,7 @@
 #
 # The output is line-buffered (stdbuf), so what is printed is what has happened even when
 # stdout is a pipe; a copy goes to .build/unit-tests.log.
-# Usage: scripts/unit-tests.sh [swift test options...]   (SWIFT=swift, UNIT_TIMEOUT=900)
+# Usage: scripts/unit-tests.sh [swift test options...]   (SWIFT=swift, UNIT_TIMEOUT=900, UNIT_WIDTH=12)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SWIFT=${SWIFT:-swift}
@@ -34,6 +34,14 @@ for p in os.listdir("/proc"):
             print(p)
 EOF
 }
+
+# At most UNIT_WIDTH tests run at once (Swift Testing starts every test at once otherwise).
+# The product's own tasks in the test process (an in-process control server's handlers, a
+# peer node's continuations) share Swift's cooperative pool, two threads here, with the test
+# bodies: with all 800 queued at the start, such a task waited behind them for 14 s, and a
+# control server did not answer its test within 10 s, a peer's handshake ran out of time.
+# Tests that block their thread run on threads of their own (`.ownThreads`, TestSupport).
+export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${UNIT_WIDTH:-12}
 
 # setsid: the run is a session of its own, stopped as one.
 setsid stdbuf -oL -eL "$SWIFT" test --skip-build "$@" > >(stdbuf -oL tee "$LOG") 2>&1 &

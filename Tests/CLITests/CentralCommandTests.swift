@@ -1,12 +1,13 @@
 import Arguments
 import Control
 import Foundation
+import TestSupport
 import Testing
 @testable import CLI
 
 /// The central commands build the documented requests, check addresses and UUIDs themselves,
 /// and stream scan and subscription events.
-@Suite(.serialized) struct CentralCommandTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct CentralCommandTests {
     private let parser = CommandParser(root: CommandTable.root)
     static let dev = "00:AA:01:01:00:01"
 

@@ -1,10 +1,11 @@
 import Arguments
 import Control
+import TestSupport
 import Testing
 @testable import CLI
 
 /// Parsing, request building and rendering of the `peerlink dnssd` commands.
-@Suite struct DNSSDCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct DNSSDCommandTests {
     private let parser = CommandParser(root: CommandTable.root)
 
     private func invocation(_ args: [String]) throws -> Invocation {

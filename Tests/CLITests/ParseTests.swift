@@ -1,10 +1,11 @@
 import Arguments
 import Control
+import TestSupport
 import Testing
 @testable import CLI
 
 /// Command-line parsing of every `peerlink` command, good and bad (exit 2, message checked).
-@Suite struct ParseTests {
+@Suite(.ownThreads, .memoryHeavy) struct ParseTests {
     private let parser = CommandParser(root: CommandTable.root)
 
     private func invocation(_ args: [String]) throws -> Invocation {

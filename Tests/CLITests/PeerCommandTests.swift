@@ -12,7 +12,7 @@ import Glibc
 
 /// `peer stream` against a fake daemon that passes a packet socket: lines out as packets,
 /// packets in as lines, the end of the socket (the session's end) ending the command.
-@Suite struct PeerStreamCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeerStreamCommandTests {
     @Test func linesGoOutAndMessagesComeInUntilTheSessionEnds() throws {
         let sent = PeripheralCommandTests.Packets()
         let daemon = try FakeDaemon { c in
@@ -50,7 +50,7 @@ import Glibc
 /// `peer open-stream` and `peer accept-stream` against a fake daemon that passes a stream
 /// socket: the input goes into it whole, what comes out goes to the file only once the
 /// stream ended normally, and any other end exits 1 with its reason.
-@Suite struct PeerByteStreamCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeerByteStreamCommandTests {
     static func stream(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) } }
 
     @Test func openStreamWritesTheInputAndWaitsForTheReader() throws {
@@ -117,7 +117,7 @@ import Glibc
 /// `peer send-file`: the file is opened by the CLI and passed with the request, its path
 /// along (the daemon reads it there when it can, else copies the descriptor's bytes); `-` is
 /// standard input and needs a name; a file the CLI cannot open is its own error.
-@Suite struct PeerSendFileCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeerSendFileCommandTests {
     @Test func theFileGoesAsADescriptorWithItsPath() throws {
         let file = "/tmp/peerlink-send-file-" + String(UUID().uuidString.prefix(8)) + ".bin"
         try Data("the file's bytes".utf8).write(to: URL(fileURLWithPath: file))

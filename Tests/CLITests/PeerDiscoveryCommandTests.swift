@@ -1,11 +1,12 @@
 import Control
 import Foundation
+import TestSupport
 import Testing
 @testable import CLI
 
 /// `peerlink peer advertise | browse | invite | watch` against a scripted daemon: the requests
 /// they make, the lines they print, and an invitation by display name found by browsing.
-@Suite struct PeerDiscoveryCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeerDiscoveryCommandTests {
     static let idA = String(repeating: "a1", count: 32)
     static let idB = String(repeating: "b2", count: 32)
     static func peer(_ id: String, _ name: String, _ address: String) -> JSONValue {

@@ -3,11 +3,12 @@ import Control
 import Foundation
 import SystemKit
 import Synchronization
+import TestSupport
 import Testing
 @testable import CLI
 
 /// The peripheral commands build the requests the protocol documents, and refuse bad input.
-@Suite struct PeripheralCommandTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeripheralCommandTests {
     private let parser = CommandParser(root: CommandTable.root)
 
     private func request(_ args: [String]) throws -> RPCCall {

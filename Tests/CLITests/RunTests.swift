@@ -1,10 +1,11 @@
 import Control
 import Foundation
+import TestSupport
 import Testing
 @testable import CLI
 
 /// The CLI against a scripted fake daemon: output, `--json` and exit codes.
-@Suite(.serialized) struct RunTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct RunTests {
     @Test func statusHuman() throws {
         let daemon = try FakeDaemon { c in try c.reply(try c.expect("daemon.status"), Samples.status) }
         let run = peerlink(["status"], daemon: daemon)

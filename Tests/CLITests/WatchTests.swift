@@ -1,10 +1,11 @@
 import Control
 import Foundation
+import TestSupport
 import Testing
 @testable import CLI
 
 /// `peerlink watch` against a fake daemon.
-@Suite(.serialized) struct WatchTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct WatchTests {
     private func adapter(powered: Bool) -> JSONValue {
         var a = Samples.hci0.objectValue!
         a["powered"] = .bool(powered)

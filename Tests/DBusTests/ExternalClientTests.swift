@@ -5,7 +5,7 @@ import TestSupport
 
 /// An exported object tree called by real clients, `busctl` (sd-bus) and `dbus-send` (libdbus),
 /// over a private bus: methods with arguments, Properties, ObjectManager, Introspectable.
-@Suite struct ExternalClientTests {
+@Suite(.ownThreads, .memoryHeavy) struct ExternalClientTests {
     static let dev0 = DeviceTree.path("dev0").rawValue
 
     // MARK: Methods

@@ -14,7 +14,7 @@ import TestSupport
 /// request never written.
 ///
 /// Serialized: each test churns descriptors, which would take the number the other waits for.
-@Suite(.serialized) struct ReplyStressTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct ReplyStressTests {
     static let tasks = 8
     static let callsPerTask = 400
     static let churn = Int(ProcessInfo.processInfo.environment["CHURN"] ?? "150")!

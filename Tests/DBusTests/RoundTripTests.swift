@@ -59,7 +59,7 @@ final class HeldReplies: Sendable {
 }
 
 /// Every D-Bus type, alone and nested, through a real dbus-daemon and back.
-@Suite struct RoundTripTests {
+@Suite(.ownThreads, .memoryHeavy) struct RoundTripTests {
     static let samples: [DBusValue] = [
         .byte(0), .byte(255), .boolean(true), .boolean(false),
         .int16(-32768), .uint16(65535), .int32(Int32.min), .uint32(UInt32.max),
@@ -244,7 +244,7 @@ final class HeldReplies: Sendable {
 
 /// Messages to and from their wire bytes without a bus (`BusMessage.demarshal`/`marshal`,
 /// what the dbus-message fuzz target drives).
-@Suite struct WireBytesTests {
+@Suite(.ownThreads, .memoryHeavy) struct WireBytesTests {
     static let signal = BusMessage.signal(path: "/org/bluez/hci0", interface: "org.freedesktop.DBus.Properties",
                                           member: "PropertiesChanged",
                                           body: [.string("org.bluez.Adapter1"),

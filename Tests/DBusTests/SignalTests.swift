@@ -5,7 +5,7 @@ import TestSupport
 
 /// Signals: what the exported tree emits, seen by `dbus-monitor` and by a second connection;
 /// match rules (path_namespace, arg0, well-known senders); name owners; signals from outside.
-@Suite struct SignalTests {
+@Suite(.ownThreads, .memoryHeavy) struct SignalTests {
     static let testIface = "org.peerlink.Test"
 
     /// Returns once the bus has routed everything `c` sent before: it handles one connection's

@@ -4,11 +4,12 @@ import Control
 @testable import Daemon
 @testable import Peer
 import Session
+import TestSupport
 import Testing
 
 /// The parameter checks of the BLE capabilities, without a daemon: what each accepts, and the
 /// exact error (param and message) for what it refuses.
-@Suite struct CapabilityParamsTests {
+@Suite(.ownThreads, .memoryHeavy) struct CapabilityParamsTests {
     /// The message of the RPC error `body` throws, nil when it throws none.
     static func message<T>(_ body: () throws(RPCError) -> T) -> String? {
         do {

@@ -3,11 +3,12 @@ import BlueZ
 import Control
 import DBus
 @testable import Daemon
+import TestSupport
 import Testing
 
 /// The daemon turns the central's typed errors into the texts users have always seen:
 /// the `peerlink` command to run is added here, not in BlueZ.
-@Suite struct CentralErrorMappingTests {
+@Suite(.ownThreads, .memoryHeavy) struct CentralErrorMappingTests {
     static let device = BluetoothAddress("00:AA:01:01:00:01")!
     static let hci0 = AdapterInfo(path: "/org/bluez/hci0", properties: ["Address": .string("00:AA:01:00:00:00"), "Powered": .boolean(false)])!
 

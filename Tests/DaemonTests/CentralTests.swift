@@ -266,7 +266,7 @@ final class FakeCentralBlueZ: Sendable {
     }
 }
 
-@Suite(.serialized) struct CentralTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct CentralTests {
     static let hr = "0000180d-0000-1000-8000-00805f9b34fb"
 
     func start() async throws -> (PrivateBus, FakeCentralBlueZ, DaemonHarness) {
@@ -692,7 +692,7 @@ final class FakeCentralBlueZ: Sendable {
     }
 }
 
-@Suite struct CentralModelTests {
+@Suite(.ownThreads, .memoryHeavy) struct CentralModelTests {
     static let hr = try! BluetoothUUID(parsing: "180d")
 
     func device(_ props: [String: DBusValue]) -> RemoteDevice {

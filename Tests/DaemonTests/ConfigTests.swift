@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Logging
+import TestSupport
 import Testing
 import Arguments
 @testable import Daemon
@@ -23,7 +24,7 @@ private func ownGroupName() -> String {
     String(cString: getgrgid(getgid())!.pointee.gr_name)
 }
 
-@Suite struct ConfigDefaultsTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConfigDefaultsTests {
     @Test func defaultsMatchTheDocumentation() {
         let c = DaemonConfig()
         #expect(c.socketPath == "/run/peerlink/control.sock")
@@ -54,7 +55,7 @@ private func ownGroupName() -> String {
     }
 }
 
-@Suite struct ConfigKeyTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConfigKeyTests {
     @Test func everyKeyAcceptsAGoodValue() throws {
         let group = ownGroupName()
         let c = try parse("""
@@ -171,7 +172,7 @@ private func ownGroupName() -> String {
     }
 }
 
-@Suite struct ConfigSyntaxTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConfigSyntaxTests {
     @Test func quotesAndComments() throws {
         #expect(try parse(#"state_dir = "/srv/peer link""#).stateDirectory == "/srv/peer link")
         #expect(try parse(#"state_dir = "/srv/a\"b\\c" # trailing"#).stateDirectory == #"/srv/a"b\c"#)
@@ -268,7 +269,7 @@ private func ownGroupName() -> String {
     }
 }
 
-@Suite struct ConfigLoadTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConfigLoadTests {
     private func temporaryFile(_ contents: [UInt8]) throws -> String {
         let path = FileManager.default.temporaryDirectory
             .appendingPathComponent("peerlink-config-\(UUID().uuidString).conf").path
@@ -350,7 +351,7 @@ private func ownGroupName() -> String {
     }
 }
 
-@Suite struct ConfigOverrideTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConfigOverrideTests {
     @Test func overridesWinOverTheFile() throws {
         var c = try parse("socket = /a.sock\nadapter = hci0\nstate_dir = /s\nlog_level = error\nbus = session\nmax_clients = 5")
         var o = DaemonOverrides()
@@ -404,7 +405,7 @@ private func ownGroupName() -> String {
     }
 }
 
-@Suite struct EditDistanceTests {
+@Suite(.ownThreads, .memoryHeavy) struct EditDistanceTests {
     @Test func distances() {
         #expect(editDistance("", "") == 0)
         #expect(editDistance("abc", "") == 3)
@@ -414,7 +415,7 @@ private func ownGroupName() -> String {
 }
 
 /// `peerlinkd` raises its soft descriptor limit to the hard one before anything opens.
-@Suite(.serialized) struct DescriptorLimitTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct DescriptorLimitTests {
     @Test func theSoftLimitIsRaisedToTheHardOne() throws {
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
         var saved = rlimit()
@@ -435,7 +436,7 @@ private func ownGroupName() -> String {
 /// is a usage error naming the option (a relative --state-dir was blamed on peer.inbox_dir, a
 /// relative --socket taken from / under systemd, an over-long one a start failure systemd
 /// retried).
-@Suite struct DaemonOptionTests {
+@Suite(.ownThreads, .memoryHeavy) struct DaemonOptionTests {
     @Test(arguments: [["--state-dir", "state"], ["--socket", "control.sock"], ["--socket", "/" + String(repeating: "s", count: 120)]])
     func pathOptionsAreCheckedAsTheFilesKeysAre(arguments: [String]) {
         #expect {

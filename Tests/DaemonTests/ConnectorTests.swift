@@ -1,11 +1,12 @@
 import BLE
 import BlueZ
 import DBus
+import TestSupport
 import Testing
 
 /// The connect state machine and the one backoff, without a bus or a clock: time is
 /// passed in, so every decision is checked at an exact instant.
-@Suite struct ConnectorTests {
+@Suite(.ownThreads, .memoryHeavy) struct ConnectorTests {
     static let abort = BlueZCallError(BusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local"))
 
     @Test func backoffDoublesUpToItsMaximum() {
@@ -118,7 +119,7 @@ private func step(_ c: inout Connector, _ link: Connector.Link, now: ContinuousC
 private func fail(_ c: inout Connector, _ e: BlueZCallError) -> Connector.Step { c.failed(e) }
 
 /// BlueZ's error replies read once: kind from the name, ATT code from the message.
-@Suite struct BlueZCallErrorTests {
+@Suite(.ownThreads, .memoryHeavy) struct BlueZCallErrorTests {
     @Test(arguments: [
         ("Failed", BlueZCallError.Kind.failed), ("InProgress", .inProgress), ("NotPermitted", .notPermitted),
         ("NotAuthorized", .notAuthorized), ("NotReady", .notReady), ("NotSupported", .notSupported),

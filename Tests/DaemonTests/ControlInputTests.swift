@@ -5,11 +5,12 @@ import Glibc
 import Logging
 import Synchronization
 import SystemKit
+import TestSupport
 import Testing
 
 /// How the control server reads a client that writes more, or more slowly, than its
 /// requests are answered: bounded memory, and a time limit that counts per line.
-@Suite struct ControlInputTests {
+@Suite(.ownThreads, .memoryHeavy) struct ControlInputTests {
     typealias Gate = QuickMethodTests.Gate
 
     /// Whether every copy of the passed end of the socket pair whose kept end is `kept` is

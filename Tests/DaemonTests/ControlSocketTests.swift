@@ -10,7 +10,7 @@ import Glibc
 
 /// Bad input on the control socket: each gets the right JSON-RPC error (or is closed), and
 /// the daemon keeps serving the next client.
-@Suite struct ControlSocketTests {
+@Suite(.ownThreads, .memoryHeavy) struct ControlSocketTests {
     /// (what is sent, expected error code, expected id)
     static let badLines: [(String, Int, JSONValue)] = [
         ("this is not json", RPCErrorCode.parseError, .null),

@@ -6,7 +6,7 @@ import Testing
 
 /// The harness's own reports about a daemon's end, which every daemon test relies on: a
 /// daemon that hangs at stop must not pass as stopped because the harness killed it.
-@Suite struct DaemonHarnessTests {
+@Suite(.ownThreads, .memoryHeavy) struct DaemonHarnessTests {
     @Test func aDaemonThatDoesNotExitAtStopIsReported() async throws {
         let bus = try PrivateBus()
         let h = try await DaemonHarness(busAddress: bus.address)

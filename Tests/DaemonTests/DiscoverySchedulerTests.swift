@@ -1,10 +1,11 @@
 import BLE
 import BlueZ
+import TestSupport
 import Testing
 
 /// The discovery scheduler without a bus: what it plans for scans coming and going,
 /// connects pausing discovery, and bluetoothd forgetting our session.
-@Suite struct DiscoverySchedulerTests {
+@Suite(.ownThreads, .memoryHeavy) struct DiscoverySchedulerTests {
     static let hci0 = BluetoothAddress("00:AA:01:00:00:00")!
     static let hci1 = BluetoothAddress("00:AA:01:00:00:01")!
     static let hr = try! BluetoothUUID(parsing: "180d")

@@ -4,11 +4,12 @@ import Control
 @testable import Daemon
 import DBus
 import DNSSD
+import TestSupport
 import Testing
 
 /// Every domain error case → the JSON-RPC code, message and `data.kind` a control client
 /// sees: the table pins what `RPCErrorConvertible` conformances promise, case by case.
-@Suite struct ErrorMappingTests {
+@Suite(.ownThreads, .memoryHeavy) struct ErrorMappingTests {
     struct Row: Sendable, CustomStringConvertible {
         let error: any RPCErrorConvertible
         let code: Int

@@ -73,7 +73,7 @@ actor AdapterMirror {
     }
 }
 
-@Suite struct EventOrderTests {
+@Suite(.ownThreads, .memoryHeavy) struct EventOrderTests {
     static let a0 = "00:AA:01:00:00:00", a1 = "00:AA:01:01:00:01"
 
     /// A flood of adapter additions, removals and power changes from a fake bluetoothd, through

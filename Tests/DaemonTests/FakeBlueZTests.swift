@@ -73,7 +73,7 @@ final class FakeBlueZ: Sendable {
     }
 }
 
-@Suite struct FakeBlueZTests {
+@Suite(.ownThreads, .memoryHeavy) struct FakeBlueZTests {
     static let a0 = "00:AA:01:00:00:00", a1 = "00:AA:01:01:00:01"
 
     func start(adapter: String? = nil) async throws -> (PrivateBus, FakeBlueZ, DaemonHarness) {

@@ -2,11 +2,12 @@ import BLE
 @testable import BlueZ
 import Control
 import Synchronization
+import TestSupport
 import Testing
 
 /// `GattReadBroker` without a bus: the characteristic's read handler is called as its
 /// ReadValue would call it, and the test plays the owner.
-@Suite struct GattReadBrokerTests {
+@Suite(.ownThreads, .memoryHeavy) struct GattReadBrokerTests {
     static func characteristic() throws -> LocalCharacteristic {
         let def = try GattApplicationDefinition.parse(["name": "t", "services": [["uuid": "180d", "characteristics": [
             ["uuid": "2a37", "flags": ["read"], "value": "stored"],

@@ -12,7 +12,7 @@ import TestSupport
 /// (exit 127, "error while loading shared libraries"). libdbus-1 is left out: the build these
 /// tests run links it (pkg-config gives its header paths and -ldbus-1 together), only the
 /// package's build does not, and scripts/make-deb.sh checks that binary's libraries.
-@Suite struct LibraryLoadingTests {
+@Suite(.ownThreads, .memoryHeavy) struct LibraryLoadingTests {
     /// A directory holding `names`, none of them a library any loader can load.
     private static func brokenLibraryDirectory(_ names: [String]) throws -> String {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("peerlink-nolib-\(UUID().uuidString.prefix(8))").path

@@ -2,13 +2,14 @@ import BlueZ
 import Foundation
 import Synchronization
 import SystemKit
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `Channel.packetWriter` (a central's stream subscriber): the daemon never blocks on a slow client.
-@Suite struct PacketWriterTests {
+@Suite(.ownThreads, .memoryHeavy) struct PacketWriterTests {
     final class Ends: Sendable {
         let reasons = Mutex<[String]>([])
     }

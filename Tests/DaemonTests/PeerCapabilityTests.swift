@@ -12,7 +12,7 @@ import Glibc
 /// their control sockets as a client would (identity, connect with a context, the invitation
 /// answered by a client, the same pairing code on both, messages each way as events, trust,
 /// bad parameters named).
-@Suite(.serialized, .memoryHeavy) struct PeerCapabilityTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct PeerCapabilityTests {
     static func daemon(_ bus: PrivateBus, name: String, accept: String, listen: String = "loopback", more: String = "") async throws -> DaemonHarness {
         try await DaemonHarness(busAddress: bus.address, extraConfig: """
         peer.name = \(name)

@@ -14,7 +14,7 @@ import Glibc
 // Serialized: these tests block on control-socket calls while the in-process fake bluetoothd
 // answers the daemon from async handlers; several at once can starve the cooperative pool
 // (two threads on two cores) the fake needs. The daemon runs in its own process.
-@Suite(.serialized) struct PeripheralTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct PeripheralTests {
     static let svc = "c4fb2349-72fe-4ca2-94d6-1f3cb16331ee"
     static let chr = "6a3e4b28-522d-4b3b-82a9-d5e2004534fc"
     static let wchr = "6a3e4b29-522d-4b3b-82a9-d5e2004534fc"

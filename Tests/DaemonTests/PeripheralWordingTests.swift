@@ -2,12 +2,13 @@ import BLE
 import BlueZ
 import Control
 @testable import Daemon
+import TestSupport
 import Testing
 
 /// BlueZ reports the agent's and the advertiser's events and errors as types; the daemon
 /// alone words them for control clients. These are the topics, data and messages clients
 /// got when BlueZ wrote them itself.
-@Suite struct PeripheralWordingTests {
+@Suite(.ownThreads, .memoryHeavy) struct PeripheralWordingTests {
     static let device = BluetoothAddress("00:AA:01:01:00:01")
 
     @Test func agentEventsKeepTheirTopicsAndData() {

@@ -4,11 +4,12 @@ import Foundation
 import Glibc
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 /// Quick methods (answered on the client's queue) beside async ones: the replies keep the
 /// order of the requests, and a request runs only after the one before it is answered.
-@Suite struct QuickMethodTests {
+@Suite(.ownThreads, .memoryHeavy) struct QuickMethodTests {
     /// Opened by the test; the slow method waits for it (and says when it does).
     final class Gate: Sendable {
         private struct State {

@@ -8,7 +8,7 @@ import Glibc
 
 /// SIGHUP against the real daemon: what a reload applies, what it reports (also when the new
 /// `log_level` would hide the report), and a refused file reported as such.
-@Suite(.serialized) struct ReloadTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct ReloadTests {
     @Test func aReloadReportsAtTheMoreVerboseLevelAndARefusedFileIsAnEvent() async throws {
         let bus = try PrivateBus()
         let h = try await DaemonHarness(busAddress: bus.address)

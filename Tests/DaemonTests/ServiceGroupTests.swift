@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 @testable import Daemon
 
@@ -81,7 +82,7 @@ final class CallCounter: Sendable {
     func increment() { count.withLock { $0 += 1 } }
 }
 
-@Suite struct ServiceGroupTests {
+@Suite(.ownThreads, .memoryHeavy) struct ServiceGroupTests {
     private func logger(_ memory: MemoryLogHandler) -> Logger {
         Logger(label: "test", level: .debug, handler: memory)
     }
@@ -216,7 +217,7 @@ final class CallCounter: Sendable {
     }
 }
 
-@Suite struct SignalStreamTests {
+@Suite(.ownThreads, .memoryHeavy) struct SignalStreamTests {
     @Test func realHangupArrivesThroughTheStream() async throws {
         let stream = signalStream([.hangup])
         // libdispatch installs its handler asynchronously; until then SIGHUP is ignored, so

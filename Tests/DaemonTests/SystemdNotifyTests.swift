@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SystemKit
+import TestSupport
 import Testing
 @testable import Daemon
 
@@ -39,7 +40,7 @@ private final class FakeSystemd {
     }
 }
 
-@Suite struct SystemdNotifyTests {
+@Suite(.ownThreads, .memoryHeavy) struct SystemdNotifyTests {
     @Test func disabledWithoutNotifySocket() {
         let n = SystemdNotifier(environment: [:])
         #expect(!n.isEnabled)

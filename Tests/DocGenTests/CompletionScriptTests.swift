@@ -8,7 +8,7 @@ import TestSupport
 /// COMP_WORDS/COMP_CWORD, zsh through `_peerlink` with `words`/`CURRENT` and stand-ins for
 /// compsys's `compadd`, `_describe` and `_files` (which only exist inside a completion
 /// widget). Dynamic values come from a fake `peerlink` first on PATH.
-@Suite(.serialized) struct CompletionScriptTests {
+@Suite(.ownThreads, .serialized, .memoryHeavy) struct CompletionScriptTests {
     static let bashScript = GeneratedFilesTests.root.appendingPathComponent("docs/completions/peerlink.bash").path
     static let zshScript = GeneratedFilesTests.root.appendingPathComponent("docs/completions/_peerlink").path
 

@@ -8,7 +8,7 @@ import TestSupport
 
 /// The committed man pages and completion scripts are what the generator makes from the
 /// tables now, they mention everything in the tables, and groff formats the pages cleanly.
-@Suite struct GeneratedFilesTests {
+@Suite(.ownThreads, .memoryHeavy) struct GeneratedFilesTests {
     /// The repository's root (this file is Tests/DocGenTests/GeneratedFilesTests.swift).
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 

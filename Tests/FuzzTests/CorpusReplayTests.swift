@@ -2,6 +2,7 @@ import DBus
 import Foundation
 import FuzzTargets
 import Session
+import TestSupport
 import Testing
 
 /// Replays the fuzz corpora and the regression inputs through the fuzz targets' bodies, so
@@ -11,7 +12,7 @@ import Testing
 /// `Tests/Fuzz/corpus/<target>/`: the seed inputs (valid examples and edge cases).
 /// `Tests/Fuzz/regressions/<target>/`: inputs that once crashed a target or broke a
 /// property; each came with a fix in the product and a focused unit test beside it.
-@Suite("Fuzz corpus replay")
+@Suite("Fuzz corpus replay", .ownThreads, .memoryHeavy)
 struct CorpusReplayTests {
     /// `Tests/Fuzz`, found from this file's path so the tests run from any directory.
     static let fuzzDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -66,7 +67,7 @@ struct CorpusReplayTests {
 
 /// The generated seeds (`FuzzSeeds`): committed as the corpus's gen-* files, and valid
 /// inputs of their formats (a seed the decoder rejects at once would teach the fuzzer nothing).
-@Suite("Generated fuzz seeds")
+@Suite("Generated fuzz seeds", .ownThreads, .memoryHeavy)
 struct GeneratedSeedTests {
     @Test("the committed gen-* files are the generated seeds (else run peerlink-fuzz --write-seeds Tests/Fuzz/corpus)")
     func committedSeedsAreCurrent() throws {

@@ -1,9 +1,10 @@
 @testable import FuzzTargets
+import TestSupport
 import Testing
 
 /// The `stream-table` target keeps what the opener wrote as runs of its byte pattern, not as
 /// bytes: its check of the receiver's bytes must still find any byte out of place.
-@Suite("stream-table target: what was written")
+@Suite("stream-table target: what was written", .ownThreads, .memoryHeavy)
 struct StreamTableTargetTests {
     /// The bytes a write of `count` starting at pattern index `start` gives (byte i is (start + i) mod 256).
     static func bytes(_ start: Int, _ count: Int) -> [UInt8] { (0..<count).map { UInt8(truncatingIfNeeded: start + $0) } }

@@ -14,6 +14,9 @@ import Glibc
     /// What a channel's handlers saw; waiters wake at each handler call.
     final class Seen: Sendable {
         let input = Mutex<[[UInt8]]>([])
+        /// The bytes in `input` (a waiter's condition that summed `input` at every wake took
+        /// time quadratic in the reads: 300,000 reads of a byte ran past its wait).
+        let byteCount = Mutex(0)
         let batches = Mutex<[Int]>([])
         let ends = Mutex<[Channel.End]>([])
         let signal = Signal()
@@ -21,6 +24,7 @@ import Glibc
         func start(_ c: Channel) {
             c.start(onInput: { batch in
                 self.input.withLock { $0 += batch }
+                self.byteCount.withLock { n in n += batch.reduce(0) { $0 + $1.count } }
                 self.batches.withLock { $0.append(batch.count) }
                 self.signal.fire()
             }, onEnd: { end in
@@ -64,7 +68,7 @@ import Glibc
             }
         }
         writer.start()
-        #expect(await seen.wait { seen.input.withLock { $0.reduce(0) { $0 + $1.count } } >= data.count })
+        #expect(await seen.wait { seen.byteCount.withLock { $0 } >= data.count })
         #expect(seen.input.withLock { $0.flatMap { $0 } } == data, "every byte, in order")
         #expect(seen.ends.withLock { $0 }.isEmpty)
         _ = shutdown(theirs, Int32(SHUT_WR))
