@@ -25,7 +25,8 @@ final class CentralCapability: DaemonCapability {
             let sel = try adapter(p)
             let (id, a) = try await rpc { try await c.startScan(owner: req.clientID, adapter: sel, filter: filter, timeout: timeout) }
             // A client gone while the scan started (its close found nothing to end): now.
-            req.onConnectionClose { Task { await c.stopScan(id, reason: "client-gone") } }
+            // (Not a close handler per scan: a client scanning again and again kept them all.)
+            if req.connectionClosed { Task { await c.stopScan(id, reason: "client-gone") } }
             return ["scan": .string(id), "adapter": .string(a.name), "address": .string(a.address.description)]
         }
         ctx.register(ControlMethod.centralScanStop) { p, req throws(RPCError) in
@@ -114,7 +115,7 @@ final class CentralCapability: DaemonCapability {
             }
             // A client gone while the subscription was set up (AcquireNotify, StartNotify: up to
             // 30 s; its close found nothing to end) would leave it on for ever: ended now.
-            req.onConnectionClose { Task { await c.unsubscribe(s.id, reason: "client-gone") } }
+            if req.connectionClosed { Task { await c.unsubscribe(s.id, reason: "client-gone") } }
             if let fd = s.streamFD { req.passWithReply(fd) }
             return ["subscription": .string(s.id), "device": .string(address.description), "characteristic": .string(uuid.uuidString),
                     "via": .string(s.via), "mtu": BLEJSON.int(s.mtu), "fd": .bool(s.streamFD != nil)]

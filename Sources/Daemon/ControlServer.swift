@@ -42,8 +42,17 @@ public struct RequestContext: Sendable {
     /// The topics this client receives events for.
     public var eventTopics: [String]? { client.topics }
 
-    /// Runs `handler` when this client's connection closes (for resources it owns).
+    /// Runs `handler` when this client's connection closes (for resources it owns). It is
+    /// kept until then: for what a client may make many times over, where the capability
+    /// ends a client's things by its id when it goes (`DaemonContext.onClientClose`), check
+    /// `connectionClosed` once made instead.
     public func onConnectionClose(_ handler: @escaping @Sendable () -> Void) { client.addCloseHandler(handler) }
+
+    /// Whether this client's connection has closed or is closing. Something made for the
+    /// client and registered under its id before this is read, and found not closed, is
+    /// ended by the capability's `onClientClose` (which runs after the connection is marked
+    /// closing); found closed, that may have run already: the handler ends it itself.
+    public var connectionClosed: Bool { client.isClosed }
 
     /// Passes `fd` to the client with the reply to this request (SCM_RIGHTS, attached to the
     /// first byte of the reply's line). The server owns it from now on: it closes its copy once

@@ -96,7 +96,7 @@ final class GattCapability: DaemonCapability {
                 reads.handle(c, by: owner)
                 // A client dropped while this ran (a batch goes on after its close) would hold
                 // the reads for ever: every central's read refused until another took over.
-                rc.onConnectionClose { reads.release(c, by: owner) }
+                if rc.connectionClosed { reads.release(c, by: owner) }
             } else if !reads.release(c, by: owner), c.hasReadHandler {
                 throw RPCError(code: RPCErrorCode.invalidState, message: "reads of \(c.uuid.uuidString) are handled by another connection",
                                data: ["kind": "not-yours"])
