@@ -164,12 +164,18 @@ public actor Advertiser {
         order.removeAll { $0 == id }
         if let session {
             if let addr = e.registeredOn, let a = session.bluez.adaptersNow.first(where: { $0.address == addr }) {
-                _ = try? await session.connection.call(destination: BlueZNames.service, path: a.path, interface: "org.bluez.LEAdvertisingManager1",
-                                                       member: "UnregisterAdvertisement", [.objectPath(e.path)], timeout: .seconds(5))
+                await unregister(e, from: a, on: session.connection)
             }
             session.connection.unexport(e.path)
         }
         onEvent(.stopped(id: id, reason: reason))
+    }
+
+    /// Asks bluetoothd to take `e` off `adapter` (a failure, such as the adapter gone, leaves
+    /// nothing for this side to do).
+    private func unregister(_ e: Entry, from adapter: AdapterInfo, on connection: BusConnection) async {
+        _ = try? await connection.call(destination: BlueZNames.service, path: adapter.path, interface: "org.bluez.LEAdvertisingManager1",
+                                       member: "UnregisterAdvertisement", [.objectPath(e.path)], timeout: .seconds(5))
     }
 
     /// Stops every advertisement (daemon shutdown).
@@ -270,8 +276,7 @@ public actor Advertiser {
                 guard entries[id] != nil else {
                     // Stopped while bluetoothd registered it: taken back now (it stayed on the
                     // air, out of reach of list and stop, until the daemon's bus connection ended).
-                    _ = try? await session.connection.call(destination: BlueZNames.service, path: target.path, interface: "org.bluez.LEAdvertisingManager1",
-                                                           member: "UnregisterAdvertisement", [.objectPath(e.path)], timeout: .seconds(5))
+                    await unregister(e, from: target, on: session.connection)
                     session.connection.unexport(e.path)
                     continue
                 }

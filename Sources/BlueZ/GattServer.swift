@@ -213,10 +213,16 @@ public actor GattServer {
         publishLookup()
         guard let session else { return }
         if let addr = e.registeredOn, let a = session.bluez.adaptersNow.first(where: { $0.address == addr }) {
-            _ = try? await session.connection.call(destination: BlueZNames.service, path: a.path, interface: "org.bluez.GattManager1",
-                                                   member: "UnregisterApplication", [.objectPath(e.app.root)], timeout: .seconds(5))
+            await unregister(e.app, from: a, on: session.connection)
         }
         e.app.unexport(from: session.connection)
+    }
+
+    /// Asks bluetoothd to forget `app` on `adapter` (a failure, such as the adapter gone,
+    /// leaves nothing for this side to do).
+    private func unregister(_ app: LocalGattApplication, from adapter: AdapterInfo, on connection: BusConnection) async {
+        _ = try? await connection.call(destination: BlueZNames.service, path: adapter.path, interface: "org.bluez.GattManager1",
+                                       member: "UnregisterApplication", [.objectPath(app.root)], timeout: .seconds(5))
     }
 
     /// Removes every application (daemon shutdown).
@@ -281,8 +287,7 @@ public actor GattServer {
                 try await register(e.app, on: target)
                 guard applications[id] != nil else {
                     // Removed while bluetoothd registered it: taken back now, no event for it.
-                    _ = try? await session.connection.call(destination: BlueZNames.service, path: target.path, interface: "org.bluez.GattManager1",
-                                                           member: "UnregisterApplication", [.objectPath(e.app.root)], timeout: .seconds(5))
+                    await unregister(e.app, from: target, on: session.connection)
                     continue
                 }
                 applications[id]?.registeredOn = target.address
