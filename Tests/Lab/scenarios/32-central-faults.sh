@@ -85,9 +85,22 @@ assert_contains "$RUN_OUT" "timed out: could not connect to 00:AA:01:09:09:09 on
 [ $((t1 - t0)) -le 25 ] || fail "connect to an absent address took $((t1 - t0)) s (timeout 6 s)"
 
 note "bluetoothd restarted mid-scan: the scan resumes by itself"
-# Nothing to find yet: the peripheral stops advertising, the central forgets it.
+# Nothing to find yet: the peripheral stops advertising, the central forgets it. (A setup
+# step: `forget` itself is checked in 30 and 31.) bluetoothd 5.66 may have removed the device
+# (never paired: a temporary one) by itself already: seen in three runs on one CI machine,
+# dbus-monitor showing its InterfacesRemoved before this step (bluetoothd had logged
+# "device_add_connection() Device ... is already connected" at the reconnect above). Then
+# `forget` must say so, and bluetoothd must indeed have no such device.
 expect_rc 0 pl p advertise stop
-expect_rc 0 pl c forget "$ADDR"
+run pl c forget "$ADDR"
+if [ "$RUN_RC" != 0 ]; then
+    assert_eq "$RUN_RC" 1 "exit status of a forget of a device bluetoothd dropped itself"
+    assert_contains "$RUN_OUT" "not found: device $ADDR on hci0" "forget of a device bluetoothd dropped itself"
+    # (Introspect answers for a path with no object too: a property read does not.)
+    bluez_prop "/org/bluez/hci0/dev_${ADDR//:/_}" org.bluez.Device1 Address >/dev/null 2>&1 \
+        && fail "forget said 'not found' but bluetoothd still has /org/bluez/hci0/dev_${ADDR//:/_}"
+    note "bluetoothd had removed $ADDR by itself"
+fi
 spawn scan pl_watch c --json scan --service $SVC --count 1 --timeout 180
 SCAN_PID=$SPAWN_PID
 wait_for 20 discovering || fail "hci0 is not discovering: $(cat "$(log_of scan)")"
