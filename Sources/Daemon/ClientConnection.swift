@@ -53,8 +53,10 @@ final class ClientConnection: Sendable {
         var heldDescriptors = 0
         /// Event topic filters; nil when the client has not subscribed.
         var topics: [String]?
-        /// Run once when the connection closes (resources owned by the connection).
-        var closeHandlers: [@Sendable () -> Void] = []
+        /// Run once when the connection closes (what the client made and owns), each while its
+        /// `alive` says the thing it ends still exists.
+        var closeHandlers: [CloseHandler] = []
+        var nextCloseHandler: UInt64 = 0
     }
 
     /// Creates a connection for an accepted descriptor (it may send at once; `start` reads).
@@ -262,14 +264,36 @@ final class ClientConnection: Sendable {
 
     // MARK: Closing
 
-    /// Runs `handler` when the connection closes (at once if it is closed already).
-    func addCloseHandler(_ handler: @escaping @Sendable () -> Void) {
-        let closed = state.withLock { s -> Bool in
-            if !s.closed { s.closeHandlers.append(handler) }
-            return s.closed
-        }
-        if closed { handler() }
+    /// What ends one thing the client made when the connection closes.
+    struct CloseHandler {
+        let number: UInt64
+        /// False once the thing has ended by itself: the handler is dropped then.
+        let alive: @Sendable () -> Bool
+        let run: @Sendable () -> Void
     }
+
+    /// Runs `handler` when the connection closes (at once if it is closed already), unless
+    /// `alive` says by then that what it ends has ended by itself. Handlers whose thing has
+    /// ended are dropped as the next one is added, so a client that opens and ends thousands
+    /// of streams keeps one handler per stream still open, not one per stream ever opened.
+    func addCloseHandler(while alive: @escaping @Sendable () -> Bool, _ handler: @escaping @Sendable () -> Void) {
+        // Asked outside the lock: `alive` takes its owner's lock, which may be held by one
+        // waiting for this connection's. Dropped by number: another call may add or drop
+        // handlers between the two locks.
+        let old = state.withLock { $0.closeHandlers }
+        let ended = Set(old.lazy.filter { !$0.alive() }.map(\.number))
+        let closed = state.withLock { s -> Bool in
+            if s.closed { return true }
+            if !ended.isEmpty { s.closeHandlers.removeAll { ended.contains($0.number) } }
+            s.closeHandlers.append(CloseHandler(number: s.nextCloseHandler, alive: alive, run: handler))
+            s.nextCloseHandler += 1
+            return false
+        }
+        if closed && alive() { handler() }
+    }
+
+    /// Close handlers kept now (for tests: those of ended things go as the next is added).
+    var closeHandlerCount: Int { state.withLock { $0.closeHandlers.count } }
 
     /// Closes the connection (from any thread; on its queue, so whatever runs there now sees
     /// `isClosed` at once and the close right after); true the first time.
@@ -282,7 +306,7 @@ final class ClientConnection: Sendable {
         }
         guard first else { return false }
         queue.async { [self] in
-            let closing = state.withLock { s -> (timer: DispatchSourceTimer?, handlers: [@Sendable () -> Void])? in
+            let closing = state.withLock { s -> (timer: DispatchSourceTimer?, handlers: [CloseHandler])? in
                 if s.closed { return nil }
                 s.closed = true
                 let t = s.partialTimer
@@ -294,7 +318,7 @@ final class ClientConnection: Sendable {
                 return (t, h)
             }
             guard let closing else { return }
-            for h in closing.handlers { h() }
+            for h in closing.handlers where h.alive() { h.run() }
             closing.timer?.cancel()
             // Out of the server's table before the client can see the close: once it has read
             // its end of the socket, `daemon.status` no longer counts it (the other order let

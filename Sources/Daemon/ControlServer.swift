@@ -42,11 +42,19 @@ public struct RequestContext: Sendable {
     /// The topics this client receives events for.
     public var eventTopics: [String]? { client.topics }
 
-    /// Runs `handler` when this client's connection closes (for resources it owns). It is
-    /// kept until then: for what a client may make many times over, where the capability
-    /// ends a client's things by its id when it goes (`DaemonContext.onClientClose`), check
+    /// Runs `handler` when this client's connection closes, to end something the client
+    /// made and owns, while `alive` says that thing still exists (ask the table it is kept
+    /// in; it must say true from before this call until the thing ends). Handlers of things
+    /// that ended by themselves are dropped as the next is added. Where the capability ends
+    /// a client's things by its id when it goes (`DaemonContext.onClientClose`), check
     /// `connectionClosed` once made instead.
-    public func onConnectionClose(_ handler: @escaping @Sendable () -> Void) { client.addCloseHandler(handler) }
+    public func onConnectionClose(while alive: @escaping @Sendable () -> Bool, _ handler: @escaping @Sendable () -> Void) {
+        client.addCloseHandler(while: alive, handler)
+    }
+
+    /// The close handlers this client's connection keeps now (a client's things still open,
+    /// and the last one added if it has ended since).
+    public var closeHandlerCount: Int { client.closeHandlerCount }
 
     /// Whether this client's connection has closed or is closing. Something made for the
     /// client and registered under its id before this is read, and found not closed, is

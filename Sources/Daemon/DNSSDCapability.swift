@@ -75,7 +75,10 @@ final class DNSSDCapability: DaemonCapability {
             try p.rejectUnknown(allowed: ["id"])
             let id = try p.string("id")
             let info = try await rpc { try await client.unpublish(id) }
-            return json(info)
+            let reply = json(info)
+            // Its owner's close handler goes with it (dropped as the client's next is added).
+            _ = state.withLock { $0.publicationOwners.removeValue(forKey: id) }
+            return reply
         }
         context.register(ControlMethod.dnssdUpdate) { [unowned self] p, _ throws(RPCError) in
             try p.rejectUnknown(allowed: ["id", "txt"])
@@ -168,7 +171,7 @@ final class DNSSDCapability: DaemonCapability {
         let info = try await rpc { try await client.publish(spec, wait: wait) }
         if owner == "connection" {
             state.withLock { $0.publicationOwners[info.id] = ctx.clientID }
-            ctx.onConnectionClose { [weak self] in
+            ctx.onConnectionClose(while: { [weak self] in self?.state.withLock { $0.publicationOwners[info.id] != nil } ?? false }) { [weak self] in
                 guard let self else { return }
                 Task { _ = try? await client.unpublish(info.id) }
                 _ = self.state.withLock { $0.publicationOwners.removeValue(forKey: info.id) }
@@ -192,7 +195,7 @@ final class DNSSDCapability: DaemonCapability {
                 self?.state.withLock { $0.browseOwners[id] = ctx.client }
             }
         }
-        ctx.onConnectionClose { [weak self] in
+        ctx.onConnectionClose(while: { [weak self] in self?.state.withLock { $0.browseOwners[id] != nil } ?? false }) { [weak self] in
             guard let self else { return }
             Task { try? await client.stopBrowse(id) }
             _ = self.state.withLock { $0.browseOwners.removeValue(forKey: id) }

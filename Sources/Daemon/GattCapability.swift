@@ -149,7 +149,7 @@ final class GattCapability: DaemonCapability {
             _ = self?.context.withLock({ $0 })?.send(topic: ControlEvent.gattStreamEnded, data: .object(data), to: owner)
         }
         openStreams.withLock { $0[id] = (app, stream) }
-        rc.onConnectionClose { stream.stop() }
+        rc.onConnectionClose(while: { [weak self] in self?.openStreams.withLock { $0[id] != nil } ?? false }) { [weak stream] in stream?.stop() }
         rc.passWithReply(theirs)
         var out: [String: JSONValue] = [
             "stream": .string(id), "uuid": .string(uuid.uuidString), "app": .string(app), "fd": true,

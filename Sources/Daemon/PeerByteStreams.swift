@@ -285,7 +285,7 @@ final class PeerByteStreams: Sendable {
         }
         guard let stream = box.withLock({ $0 }) else { throw .internalError("the stream was opened but not registered") }
         stream.startWriting(from: ours)
-        rc.onConnectionClose { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the opening client's control connection closed") }
+        rc.onConnectionClose(while: isOpen(stream)) { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the opening client's control connection closed") }
         rc.passWithReply(theirs)
         return stream
     }
@@ -303,9 +303,17 @@ final class PeerByteStreams: Sendable {
             closeQuietly(theirs)
             throw Self.invalidState("stream \(number) was accepted by another client, or has ended")
         }
-        rc.onConnectionClose { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the reading client's control connection closed") }
+        rc.onConnectionClose(while: isOpen(stream)) { [weak stream] in stream?.ref.close(reason: .cancelled, detail: "the reading client's control connection closed") }
         rc.passWithReply(theirs)
         return stream
+    }
+
+    /// Whether `stream` is still in the table (for its client's close handler).
+    private func isOpen(_ stream: PeerByteStream) -> @Sendable () -> Bool {
+        { [weak self, weak stream] in
+            guard let self, let stream else { return false }
+            return self.stream(stream.number) === stream
+        }
     }
 
     /// Stream `number`, either way, or the control protocol's not-found error.

@@ -146,7 +146,7 @@ final class PeerDiscovery: Sendable {
             if let id = started.withLock({ $0 }) { _ = state.withLock { $0.browses.removeValue(forKey: id) } }
             throw error
         }
-        ctx.onConnectionClose { [weak self] in
+        ctx.onConnectionClose(while: { [weak self] in self?.state.withLock { $0.browses[id] != nil } ?? false }) { [weak self] in
             guard let self else { return }
             Task { await self.stopBrowse(id) }
         }

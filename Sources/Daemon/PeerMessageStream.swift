@@ -369,7 +369,10 @@ final class PeerMessageStreams: Sendable {
         streams.withLock { $0[peer] = stream }
         // The session may have ended between the check above and now: its end was not seen.
         if !node.sessions.contains(where: { $0.peer == peer }) { stream.sessionEnded("the session ended while the stream opened") }
-        rc.onConnectionClose { stream.stop() }
+        rc.onConnectionClose(while: { [weak self, weak stream] in
+            guard let self, let stream else { return false }
+            return self.streams.withLock { $0[peer] === stream }
+        }) { [weak stream] in stream?.stop() }
         rc.passWithReply(theirs)
         return stream
     }

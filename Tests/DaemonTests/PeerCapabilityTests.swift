@@ -576,6 +576,29 @@ extension PeerCapabilityTests {
 }
 
 extension PeerCapabilityTests {
+    /// A message stream ends with the control connection that opened it, also when the
+    /// client opened and closed others before on that connection (their close handlers
+    /// dropped, the open one's kept).
+    @Test func aMessageStreamEndsWithItsClientsControlConnection() async throws {
+        let pair = try await ConnectedPair(a: "holder", b: "other")
+        defer { pair.stop() }
+        let aClient = try RawClient(pair.a.socketPath)
+        for _ in 0..<3 {
+            let (fd, _) = try Self.openStream(aClient, to: pair.bID)
+            closeQuietly(fd)
+            #expect(try aClient.nextEvent("peer.stream-ended")["data"]?["reason"] == "closed")
+        }
+        let (fd, _) = try Self.openStream(aClient, to: pair.bID)
+        defer { closeQuietly(fd) }
+        aClient.close()
+        #expect(try Self.readPacket(fd, max: 16) == nil, "the stream's socket ends with the client's connection")
+        // The peer's messages are events again: the stream is gone.
+        _ = try pair.bClient.call("peer.send", ["to": .array([.string(pair.aID)]), "data_base64": "aGk="])
+        #expect(try pair.aWatch.nextEvent("peer.message")["data"]?["data_base64"] == "aGk=")
+    }
+}
+
+extension PeerCapabilityTests {
     /// A stream's client that does not read: the daemon holds the session's credit, so the
     /// sending daemon's queue fills and `peer.send` with `"wait": false` fails busy; once the
     /// client reads, every message arrives, once and in order.
