@@ -67,12 +67,15 @@ note "1. apt-get install ./$(basename "$DEB")"
 run timeout 300 apt-get install -y --no-install-recommends "$DEB"
 assert_eq "$RUN_RC" 0 "apt-get install"
 assert_eq "$(dpkg-query -W -f='${db:Status-Status}' peerlink)" installed "dpkg's status"
+# The package's own list, read once: `dpkg -S FILE` reads every package's list (121,000
+# files here, through 9p: about 8 s a call in the emulator, 90 s for these eleven).
+OWNED=$(dpkg -L peerlink) || fail "dpkg -L peerlink failed"
 for f in /usr/bin/peerlinkd /usr/bin/peerlink /lib/systemd/system/peerlinkd.service /usr/share/lintian/overrides/peerlink \
          /etc/peerlink/peerlink.conf /usr/share/man/man8/peerlinkd.8.gz /usr/share/man/man1/peerlink.1.gz \
          /usr/share/man/man5/peerlink.conf.5.gz /usr/share/bash-completion/completions/peerlink \
          /usr/share/zsh/vendor-completions/_peerlink /usr/share/doc/peerlink/copyright; do
     [ -e "$f" ] || fail "the package did not install $f"
-    dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not owned by the package (dpkg -S)"
+    grep -qxF "$f" <<<"$OWNED" || fail "$f is not among the package's files (dpkg -L peerlink)"
 done
 assert_contains "$(dpkg-query -W -f='${Conffiles}' peerlink)" /etc/peerlink/peerlink.conf "the configuration is a conffile"
 assert_contains "$(grep ExecStart= /lib/systemd/system/peerlinkd.service)" "ExecStart=/usr/bin/peerlinkd" "the unit runs the installed binary"
