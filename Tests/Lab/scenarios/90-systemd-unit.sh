@@ -56,7 +56,8 @@ note "0. the boot: $(systemctl is-system-running) ($(systemd-detect-virt)); blue
 rm -f /var/lib/man-db/auto-update
 
 note "1. apt-get install ./$(basename "$DEB"); systemctl enable --now peerlinkd"
-run timeout 300 apt-get install -y --no-install-recommends "$DEB"
+apt_offline
+run timeout 300 apt-get "${APT_OFFLINE[@]}" install -y --no-install-recommends "$DEB"
 assert_eq "$RUN_RC" 0 "apt-get install"
 assert_eq "$(systemctl is-enabled "$UNIT" 2>&1)" disabled "the package leaves the unit disabled"
 run timeout 120 systemctl enable --now "$UNIT"
