@@ -127,16 +127,6 @@ final class Collector<Element: Sendable>: Sendable {
     deinit { stop() }
 }
 
-/// Polls `condition` every 5 ms until it holds or `timeout` passes; returns whether it held.
-func eventually(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    repeat {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
-    } while ContinuousClock.now < deadline
-    return try await condition()
-}
-
 extension BusConnection {
     /// The bus daemon's own count of match rules held by connection `name`, from
     /// `org.freedesktop.DBus.Debug.Stats.GetConnectionStats`. When asked on the connection

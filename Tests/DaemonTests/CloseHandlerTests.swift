@@ -49,8 +49,7 @@ import Testing
 
         _ = try client.call("end", ["n": 1001])
         client.close()
-        let deadline = Date().addingTimeInterval(10)
-        while things.endedByClose.withLock({ $0.count }) < 2, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        _ = await eventually(timeout: .seconds(10)) { things.endedByClose.withLock { $0.count } >= 2 }
         // Only what was still open is ended by the close: not 1001, nor any of the 200 (the
         // handlers run in order, one after another: 1002's is the last).
         #expect(things.endedByClose.withLock { $0.sorted() } == [1000, 1002])

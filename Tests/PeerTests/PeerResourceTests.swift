@@ -387,9 +387,7 @@ import Testing
                 let t = InboxTests.tree(dir.path + "/inbox")
                 return t.count == 3 && t.contains("last.bin") && t.contains { $0.hasSuffix(".saved") }
             }
-            let deadline = ContinuousClock.now + .seconds(10)
-            while !saved(), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-            #expect(saved(), "saved once let go: \(InboxTests.tree(dir.path + "/inbox"))")
+            #expect(await eventually(timeout: .seconds(10)) { saved() }, "saved once let go: \(InboxTests.tree(dir.path + "/inbox"))")
             return
         }
         let returned = Mutex(false)
