@@ -565,6 +565,9 @@ extension PeerCapabilityTests {
         #expect(try Self.readPacket(bFD, max: limit) == nil, "the end of the socket")
         let bEnded = try bClient.nextEvent("peer.stream-ended")
         #expect(bEnded["data"]?["reason"] == "session-ended" && bEnded["data"]?["received"] == 1000 && bEnded["data"]?["sent"] == 1001)
+        // a logs the session's end once its connection has closed, which may be after b saw
+        // it; its `peer.disconnected` event comes right after that line.
+        #expect(try aWatch.nextEvent("peer.disconnected")["data"]?["reason"] == "normal")
         // The journal says so too, with the reasons: the session's end on both sides, and
         // each stream's end.
         for (name, log) in [("a", a.log), ("b", b.log)] {
