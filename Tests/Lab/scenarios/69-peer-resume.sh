@@ -57,10 +57,14 @@ resume() {
     $restore
     need_event 180 p1 peer.resource-received "\"name\":\"$name.bin\""
     after=$(tx)
-    local got
-    got=$(jfield path "$(event_lines p1 peer.resource-received "\"name\":\"$name.bin\"" | tail -n 1)")
+    local received got
+    received=$(event_lines p1 peer.resource-received "\"name\":\"$name.bin\"" | tail -n 1)
+    got=$(jfield path "$received")
     assert_eq "$(sha256sum <"$got" | cut -d' ' -f1)" "$(sha256sum <"$file" | cut -d' ' -f1)" "$name: sha256sum of the received file"
-    offset=$(jfield offset "$(event_lines p1 peer.resource-started "\"name\":\"$name.bin\"" | tail -n 1)")
+    # Where the last attempt started, from the event that reports the file (its `offset`): a
+    # restarted receiver's resource-started can come before its new event recorder subscribes
+    # (the sender redials at once), and the one recorded is then the first attempt's, at 0.
+    offset=$(jfield offset "$received")
     [ "${offset:-0}" -gt 0 ] || fail "$name: the transfer started over instead of resuming (offset ${offset:-none})"
     missing=$(( SIZE - offset ))
     segments=$(( ${after#* } - ${before#* } ))
