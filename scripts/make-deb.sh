@@ -76,6 +76,9 @@ if needed=$(readelf -d "$BIN/peerlinkd" | grep -E 'NEEDED.*\[(libstdc\+\+|libssl
     echo "$needed" >&2
     exit 1
 fi
+# The CLI beside the daemon, as the package installs it (/usr/bin/peerlink -> peerlinkd): the
+# directory is then one make check's lab runs (PEERLINK_BIN), the binary a board gets.
+ln -sfn peerlinkd "$BIN/peerlink"
 if [ $build_only = 1 ]; then echo "$BIN"; exit 0; fi
 
 VERSION=$("$BIN/peerlinkd" --version | awk '{print $2}')
